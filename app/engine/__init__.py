@@ -1,0 +1,1 @@
+"""The DFlash engine: model loading, the decode loop, sampling, stats. Knows nothing of Qt."""

@@ -1,0 +1,332 @@
+"""The DFlash decode loop: a target model, an optional DFlash drafter.
+
+One step (reference/llamacpp-dflash.md, section 1):
+  draft   the drafter decodes [anchor, MASK x k] in one pass; its argmax at
+          block positions 1..k are the drafts; the block's K/V is then trimmed
+  verify  the target decodes [anchor, d0..d(k-1)] in one pass
+  accept  target token i (argmax, or a sample) is emitted; while it equals
+          draft i the next is checked; the first mismatch is the correction,
+          a full match earns a bonus token
+  sync    the target's hidden states of the a+1 verified tokens are injected
+          into the drafter; both caches are trimmed to n_past
+Invariant before each draft: both caches hold positions 0..n_past-1 and
+the anchor (the last emitted token) is in neither.
+
+With k = 0 the step is plain decoding, through the same code.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from app.engine.draft_policy import DraftPolicy, FixedDraftLength
+from app.engine.events import FINISH_CANCELLED, FINISH_LENGTH, FINISH_STOP, GenerationEvent
+from app.engine.llama_objects import (ContextConfig, EmbeddingBatch, LlamaContext, LlamaModel, ModelPlacement,
+                                      TokenBatch)
+from app.engine.params import GenerationParams
+from app.engine.sampling import TokenSampler
+from app.engine.stats import GenerationStats
+from app.engine.text_stream import TextStream
+from app.errors import ContextOverflow, ModelLoadError
+from gguf_tools.pair import check_pair
+
+# A test hook: given the history (all tokens so far, anchor last) and k,
+# return the k tokens to verify instead of the drafter's proposal.
+DraftOverride = Callable[[list[int], int], list[int]]
+
+
+@dataclass
+class EngineConfig:
+    n_ctx: int = 4096
+    n_threads: int = 0
+    n_batch: int = 512
+    type_k: int | None = None
+    type_v: int | None = None
+    target_placement: ModelPlacement | None = None
+    drafter_placement: ModelPlacement | None = None
+    cb_eval: object | None = None  # eval callback on the target context (tests)
+
+
+class Engine:
+    """A loaded target (+ drafter) pair and the caches of one conversation."""
+
+    def __init__(self, target: str | Path, drafter: str | Path | None = None,
+                 config: EngineConfig | None = None,
+                 progress: Callable[[str, float], bool] | None = None):
+        cfg = config or EngineConfig()
+        self.config = cfg
+        if drafter is not None:
+            # checked from the headers, before llama.cpp sees either file
+            check_pair(target, drafter).raise_if_bad()
+
+        def stage(name: str) -> Callable[[float], bool] | None:
+            if progress is None:
+                return None
+            return lambda p: progress(name, p)
+
+        self.target = LlamaModel(target, cfg.target_placement, stage("target"))
+        n_ctx = min(cfg.n_ctx, self.target.n_ctx_train) if self.target.n_ctx_train > 0 else cfg.n_ctx
+        self.ctx = LlamaContext(self.target, ContextConfig(
+            n_ctx=n_ctx, n_batch=cfg.n_batch, n_ubatch=cfg.n_batch, n_threads=cfg.n_threads,
+            type_k=cfg.type_k, type_v=cfg.type_v, cb_eval=cfg.cb_eval))
+        self.n_ctx = self.ctx.n_ctx
+        self.drafter: LlamaModel | None = None
+        self.dctx: LlamaContext | None = None
+        self.block_size = 1
+        self.target_layers: list[int] = []
+        if drafter is not None:
+            self._load_drafter(Path(drafter), cfg, stage("drafter"))
+        self._tbatch = TokenBatch(max(cfg.n_batch, self.block_size))
+        # token ids whose K/V sit in the target cache (and features in the drafter's), positions 0..len-1
+        self._cached: list[int] = []
+
+    def _load_drafter(self, path: Path, cfg: EngineConfig, progress: Callable[[float], bool] | None) -> None:
+        self.drafter = LlamaModel(path, cfg.drafter_placement, progress)
+        self.target_layers = self.drafter.target_layers()
+        self.block_size = int(self.drafter.meta("dflash.block_size") or 16)
+        self.mask_token = self.drafter.mask_token()
+        if self.mask_token < 0:
+            raise ModelLoadError(f"{path}: the drafter has no usable mask token")
+        # a non-causal drafter must see each block (and each injection chunk) in one ubatch
+        self._d_ubatch = max(self.block_size, min(256, cfg.n_batch))
+        causal = (self.drafter.meta("dflash.attention.causal") or "false") == "true"
+        self.dctx = LlamaContext(self.drafter, ContextConfig(
+            n_ctx=self.n_ctx, n_batch=self._d_ubatch, n_ubatch=self._d_ubatch, n_threads=cfg.n_threads,
+            non_causal=not causal), other=self.ctx)
+        self.ctx.enable_taps(self.target_layers)
+        self._dbatch = TokenBatch(self.block_size)
+        self._ebatch = EmbeddingBatch(self._d_ubatch, len(self.target_layers) * self.target.n_embd)
+
+    # --- public -------------------------------------------------------------
+    @property
+    def has_drafter(self) -> bool:
+        return self.dctx is not None
+
+    def tokenize(self, text: str, add_special: bool = True) -> list[int]:
+        return self.target.tokenize(text, add_special=add_special, parse_special=True)
+
+    def detokenize(self, tokens: list[int]) -> str:
+        return self.target.detokenize(tokens)
+
+    def reset(self) -> None:
+        """Forget the cached conversation (both caches)."""
+        self.ctx.clear()
+        if self.dctx is not None:
+            self.dctx.clear()
+        self._cached = []
+
+    def cache_positions(self) -> tuple[int, int | None]:
+        """(target pos_max, drafter pos_max): both equal n_past-1 between steps."""
+        return self.ctx.pos_max(), (self.dctx.pos_max() if self.dctx is not None else None)
+
+    def close(self) -> None:
+        for obj in ("_ebatch", "_dbatch", "_tbatch", "dctx", "ctx", "drafter", "target"):
+            o = getattr(self, obj, None)
+            if o is not None:
+                o.close()
+
+    def generate(self, prompt: list[int], params: GenerationParams | None = None,
+                 cancel: threading.Event | None = None, policy: DraftPolicy | None = None,
+                 draft_override: DraftOverride | None = None,
+                 on_step: Callable[[int, int], None] | None = None) -> Iterator[GenerationEvent]:
+        """Decode after `prompt` (token ids); yields one event per step."""
+        params = params or GenerationParams()
+        params.validate()
+        if not prompt:
+            raise ValueError("the prompt is empty")
+        if len(prompt) + params.max_tokens > self.n_ctx:
+            raise ContextOverflow(len(prompt), params.max_tokens, self.n_ctx)
+        speculative = params.speculative and self.has_drafter
+        if policy is None:
+            k_max = self.block_size - 1 if params.draft_max is None else params.draft_max
+            policy = FixedDraftLength(min(k_max, self.block_size - 1) if speculative else 0)
+        return self._run(prompt, params, cancel, policy, draft_override, speculative, on_step)
+
+    def reference_scores(self, prompt: list[int], continuation: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """Teacher-forced plain decoding: the prompt is prefilled as plain
+        decoding does, then the target decodes one token at a time through
+        `continuation`. For each position i: the single-token argmax, and how
+        far continuation[i]'s logit lies below the argmax's (0 when equal)."""
+        self.reset()
+        argmax = np.empty(len(continuation), dtype=np.int64)
+        deficit = np.empty(len(continuation), dtype=np.float32)
+        try:
+            want = prompt[:-1]
+            for i in range(0, len(want), self.config.n_batch):
+                self._tbatch.set(want[i:i + self.config.n_batch], i, False)
+                self.ctx.decode(self._tbatch)
+            feed = [prompt[-1]] + continuation[:-1]
+            for i, tok in enumerate(feed):
+                self._tbatch.set([tok], len(prompt) - 1 + i, True)
+                self.ctx.decode(self._tbatch)
+                row = self.ctx.logits_row(0)
+                best = int(np.argmax(row))
+                argmax[i] = best
+                deficit[i] = float(row[best] - row[continuation[i]])
+        finally:
+            self.reset()
+        return argmax, deficit
+
+    # --- the loop -------------------------------------------------------------
+    def _run(self, prompt: list[int], params: GenerationParams, cancel: threading.Event | None,
+             policy: DraftPolicy, draft_override: DraftOverride | None, speculative: bool,
+             on_step: Callable[[int, int], None] | None) -> Iterator[GenerationEvent]:
+        st = GenerationStats(block_size=max(self.block_size, 2) if self.has_drafter else 16,
+                             n_prompt=len(prompt))
+        t_start = time.perf_counter()
+        try:
+            st.n_prompt_reused = self._prefill(prompt)
+        except BaseException:
+            self.reset()
+            raise
+        st.t_prefill_s = time.perf_counter() - t_start
+        sampler = None if params.greedy else TokenSampler(params)
+        stream = TextStream(self.target.token_to_piece, params.stop)
+        n_past = len(prompt) - 1
+        anchor = prompt[-1]
+        n_out = 0
+        t_loop = time.perf_counter()
+        finish: str | None = None
+        try:
+            while finish is None:
+                if cancel is not None and cancel.is_set():
+                    yield self._final(stream, st, t_start, t_loop, FINISH_CANCELLED)
+                    return
+                room = min(params.max_tokens - n_out, self.n_ctx - n_past) - 1
+                k = max(0, min(policy.choose() if speculative else 0, self.block_size - 1, room))
+                t_step = time.perf_counter()
+                llama_before = st.t_llama_s
+                drafts = self._draft(anchor, n_past, k, st) if k > 0 else []
+                if draft_override is not None and k > 0:
+                    drafts = [int(x) for x in draft_override(self._cached + [anchor], k)][:k]
+                    k = len(drafts)
+                emitted, n_acc = self._verify(anchor, drafts, n_past, sampler, st)
+                self._sync(anchor, emitted, n_past, st)
+                n_past += len(emitted)
+                anchor = emitted[-1]
+                n_out += len(emitted)
+                st.record_step(k, n_acc, len(emitted))
+                t_now = time.perf_counter()
+                st.t_decode_s = t_now - t_loop
+                st.t_total_s = t_now - t_start
+                policy.observe(k, n_acc, t_now - t_step, st.t_llama_s - llama_before)
+                if on_step is not None:
+                    on_step(k, n_acc)
+                eog = self.target.is_eog(anchor)
+                visible = [t for t in emitted if not self.target.is_eog(t)]
+                text = stream.push(visible)
+                if eog or stream.stopped:
+                    finish = FINISH_STOP
+                elif n_out >= params.max_tokens:
+                    finish = FINISH_LENGTH
+                if finish is not None:
+                    text += stream.finish()
+                yield GenerationEvent(text, emitted, [True] * n_acc + [False], st, finish)
+        except BaseException:
+            # an error or an abandoned generator leaves caches we cannot vouch for
+            if finish is None:
+                self.reset()
+            raise
+
+    def _final(self, stream: TextStream, st: GenerationStats, t_start: float, t_loop: float,
+               reason: str) -> GenerationEvent:
+        now = time.perf_counter()
+        st.t_decode_s = now - t_loop
+        st.t_total_s = now - t_start
+        return GenerationEvent(stream.finish(), [], [], st, reason)
+
+    def _prefill(self, prompt: list[int]) -> int:
+        """Bring both caches to prompt[:-1]; returns how many tokens were reused."""
+        want = prompt[:-1]
+        keep = 0
+        for a, b in zip(self._cached, want):
+            if a != b:
+                break
+            keep += 1
+        if keep < len(self._cached):
+            ok = self.ctx.seq_rm(keep) and (self.dctx is None or self.dctx.seq_rm(keep))
+            # a sliding-window cache may have dropped positions the new tokens need
+            swa_gap = self.target.n_swa > 0 and keep > 0 and self.ctx.pos_min() > max(0, keep - self.target.n_swa)
+            if not ok or swa_gap:
+                self.reset()
+                keep = 0
+            self._cached = self._cached[:keep]
+        todo = want[keep:]
+        step = self.config.n_batch
+        for i in range(0, len(todo), step):
+            chunk = todo[i:i + step]
+            pos0 = keep + i
+            self._tbatch.set(chunk, pos0, False)
+            self.ctx.decode(self._tbatch)
+            if self.dctx is not None:
+                self._inject(self.ctx.taps(len(chunk)), pos0)
+            self._cached.extend(chunk)
+        return keep
+
+    def _inject(self, feats: np.ndarray, pos0: int) -> None:
+        """Feed target features (rows at pos0..) into the drafter's KV cache."""
+        for j in range(0, feats.shape[0], self._d_ubatch):
+            block = feats[j:j + self._d_ubatch]
+            self._ebatch.set(block, pos0 + j)
+            self.dctx.decode(self._ebatch)
+
+    def _draft(self, anchor: int, n_past: int, k: int, st: GenerationStats) -> list[int]:
+        t0 = time.perf_counter()
+        block = [anchor] + [self.mask_token] * k
+        outputs = np.zeros(k + 1, dtype=np.int8)
+        outputs[1:] = 1
+        self._dbatch.set(block, n_past, outputs)
+        self.dctx.decode(self._dbatch)
+        toks, _ = self.dctx.argmax_rows(list(range(1, k + 1)))
+        # the block's own K/V must not stay: later blocks would attend to it
+        self.dctx.seq_rm(n_past)
+        dt = time.perf_counter() - t0
+        st.t_draft_s += dt
+        st.t_llama_s += dt
+        return toks.tolist()
+
+    def _verify(self, anchor: int, drafts: list[int], n_past: int, sampler: TokenSampler | None,
+                st: GenerationStats) -> tuple[list[int], int]:
+        t0 = time.perf_counter()
+        k = len(drafts)
+        self._tbatch.set([anchor] + drafts, n_past, True)
+        self.ctx.decode(self._tbatch)
+        t_llama = time.perf_counter() - t0
+        emitted: list[int] = []
+        if sampler is None:
+            t1 = time.perf_counter()
+            toks, _ = self.ctx.argmax_rows(list(range(k + 1)))
+            t_llama += time.perf_counter() - t1
+            for i in range(k + 1):
+                t = int(toks[i])
+                emitted.append(t)
+                if i == k or t != drafts[i] or self.target.is_eog(t):
+                    break
+        else:
+            for i in range(k + 1):
+                t = sampler.sample(self.ctx.logits_row(i))
+                emitted.append(t)
+                if i == k or t != drafts[i] or self.target.is_eog(t):
+                    break
+        st.t_verify_s += time.perf_counter() - t0
+        st.t_llama_s += t_llama
+        return emitted, len(emitted) - 1
+
+    def _sync(self, anchor: int, emitted: list[int], n_past: int, st: GenerationStats) -> None:
+        """Keep the drafter's features and both caches at the verified prefix."""
+        n_keep = n_past + len(emitted)
+        t0 = time.perf_counter()
+        if self.dctx is not None:
+            self._inject(self.ctx.taps(len(emitted)), n_past)
+        self.ctx.seq_rm(n_keep)
+        dt = time.perf_counter() - t0
+        st.t_inject_s += dt
+        st.t_llama_s += dt
+        self._cached.append(anchor)
+        self._cached.extend(emitted[:-1])

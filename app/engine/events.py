@@ -1,0 +1,24 @@
+"""What the engine yields: one event per decode step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.engine.stats import GenerationStats
+
+FINISH_STOP = "stop"  # end-of-generation token or a stop string
+FINISH_LENGTH = "length"  # max tokens reached
+FINISH_CANCELLED = "cancelled"
+
+
+@dataclass
+class GenerationEvent:
+    text: str  # newly visible text (may be empty while a stop string is pending)
+    tokens: list[int]  # tokens emitted this step
+    drafted: list[bool]  # per token: True if it came from an accepted draft
+    stats: GenerationStats  # running stats of this generation (same object each event)
+    finish_reason: str | None = None  # set on the last event
+
+    @property
+    def done(self) -> bool:
+        return self.finish_reason is not None

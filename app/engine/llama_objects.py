@@ -1,0 +1,328 @@
+"""Small owners of llama.cpp objects: a model, a context, two batch kinds.
+
+Each class checks the pointer it gets, frees it in close() (idempotent) and
+in __del__, and exposes only what the engine uses. The raw C API comes from
+native.lib.load(); nothing else in FlashDesk calls llama.cpp directly.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from app.errors import GenerationError, ModelLoadError
+from gguf_tools.reader import read_gguf
+from native import lib
+
+lc = lib.load()
+from native import ext  # noqa: E402 - bound after load()
+
+
+@dataclass
+class ModelPlacement:
+    """How a model's layers are placed (app.scheduler fills this in)."""
+    n_gpu_layers: int = 0
+    split_mode: int = 0  # LLAMA_SPLIT_MODE_NONE / LAYER / ROW
+    main_gpu: int = 0
+    tensor_split: list[float] = field(default_factory=list)
+    devices: list[int] = field(default_factory=list)  # ggml_backend_dev_t handles; empty = default
+
+
+class LlamaModel:
+    """A loaded GGUF model."""
+
+    def __init__(self, path: str | Path, placement: ModelPlacement | None = None,
+                 progress: Callable[[float], bool] | None = None):
+        self.path = Path(path).expanduser()
+        # the header check gives clear errors (missing, truncated, corrupt) before llama.cpp sees the file
+        self.info = read_gguf(self.path)
+        placement = placement or ModelPlacement()
+        mp = lc.llama_model_default_params()
+        mp.n_gpu_layers = placement.n_gpu_layers
+        mp.split_mode = placement.split_mode
+        mp.main_gpu = placement.main_gpu
+        self._keep: list[object] = []
+        if placement.tensor_split:
+            ts = (ctypes.c_float * 128)(*placement.tensor_split)
+            self._keep.append(ts)
+            mp.tensor_split = ts
+        if placement.devices:
+            devs = (ctypes.c_void_p * (len(placement.devices) + 1))(*placement.devices, None)
+            self._keep.append(devs)
+            mp.devices = ctypes.cast(devs, ctypes.c_void_p)
+        if progress is not None:
+            @lc.llama_progress_callback
+            def _cb(p: float, _user: ctypes.c_void_p) -> bool:
+                return bool(progress(p))
+            self._keep.append(_cb)
+            mp.progress_callback = _cb
+        self.ptr = lc.llama_model_load_from_file(str(self.path).encode(), mp)
+        if not self.ptr:
+            raise ModelLoadError(f"{self.path}: llama.cpp could not load this model "
+                                 f"(architecture {self.info.arch!r}; unsupported, corrupt, or cancelled)")
+        self.vocab = lc.llama_model_get_vocab(self.ptr)
+        self.n_vocab = lc.llama_vocab_n_tokens(self.vocab)
+        self.n_embd = lc.llama_model_n_embd(self.ptr)
+        self.n_layer = lc.llama_model_n_layer(self.ptr)
+        self.n_ctx_train = lc.llama_model_n_ctx_train(self.ptr)
+        self.n_swa = lc.llama_model_n_swa(self.ptr)
+        self.arch = self.info.arch
+
+    # --- tokens -------------------------------------------------------------
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        data = text.encode("utf-8")
+        cap = len(data) + 16
+        buf = (lc.llama_token * cap)()
+        n = lc.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)
+        if n < 0:
+            cap = -n
+            buf = (lc.llama_token * cap)()
+            n = lc.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)
+        return list(buf[:n])
+
+    def token_to_piece(self, token: int, special: bool = False) -> bytes:
+        buf = ctypes.create_string_buffer(64)
+        n = lc.llama_token_to_piece(self.vocab, token, buf, 64, 0, special)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = lc.llama_token_to_piece(self.vocab, token, buf, -n, 0, special)
+        return buf.raw[:n]
+
+    def detokenize(self, tokens: list[int], special: bool = False) -> str:
+        return b"".join(self.token_to_piece(t, special) for t in tokens).decode("utf-8", "replace")
+
+    def is_eog(self, token: int) -> bool:
+        return bool(lc.llama_vocab_is_eog(self.vocab, token))
+
+    @property
+    def bos(self) -> int:
+        return lc.llama_vocab_bos(self.vocab)
+
+    def add_bos(self) -> bool:
+        return bool(lc.llama_vocab_get_add_bos(self.vocab))
+
+    def meta(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(4096)
+        n = lc.llama_model_meta_val_str(self.ptr, key.encode(), buf, 4096)
+        if n < 0:
+            return None
+        if n >= 4096:
+            buf = ctypes.create_string_buffer(n + 1)
+            lc.llama_model_meta_val_str(self.ptr, key.encode(), buf, n + 1)
+        return buf.value.decode("utf-8", "replace")
+
+    def chat_template(self) -> str | None:
+        t = lc.llama_model_chat_template(self.ptr, None)
+        return t.decode("utf-8", "replace") if t else None
+
+    def target_layers(self) -> list[int]:
+        return ext.target_layers(self.ptr)
+
+    def mask_token(self) -> int:
+        m = lc.llama_vocab_mask(self.vocab)
+        if m < 0:
+            v = self.meta("tokenizer.ggml.mask_token_id")
+            m = int(v) if v is not None else -1
+        return m
+
+    def device_names(self) -> list[str]:
+        n = ext.flashdesk_model_n_devices(self.ptr)
+        return [(ext.flashdesk_model_device_name(self.ptr, i) or b"?").decode() for i in range(n)]
+
+    def close(self) -> None:
+        if getattr(self, "ptr", None):
+            lc.llama_model_free(self.ptr)
+            self.ptr = None
+
+    def __del__(self) -> None:
+        self.close()
+
+
+@dataclass
+class ContextConfig:
+    n_ctx: int = 4096
+    n_batch: int = 512
+    n_ubatch: int = 512
+    n_threads: int = 0  # 0: all cores
+    type_k: int | None = None  # ggml type ids; None: llama.cpp default (f16)
+    type_v: int | None = None
+    flash_attn: int = -1  # auto
+    swa_full: bool = False
+    non_causal: bool = False
+    cb_eval: object | None = None  # a ggml_backend_sched_eval_callback (tests)
+
+
+class LlamaContext:
+    """A decoding context on one model (sequence 0 only)."""
+
+    def __init__(self, model: LlamaModel, cfg: ContextConfig, other: LlamaContext | None = None):
+        self.model = model
+        self.cfg = cfg
+        cp = lc.llama_context_default_params()
+        cp.n_ctx = cfg.n_ctx
+        cp.n_batch = cfg.n_batch
+        cp.n_ubatch = cfg.n_ubatch
+        cp.n_seq_max = 1
+        threads = cfg.n_threads or os.cpu_count() or 2
+        cp.n_threads = threads
+        cp.n_threads_batch = threads
+        cp.embeddings = False
+        cp.flash_attn_type = cfg.flash_attn
+        cp.swa_full = cfg.swa_full
+        cp.no_perf = True
+        if cfg.type_k is not None:
+            cp.type_k = cfg.type_k
+        if cfg.type_v is not None:
+            cp.type_v = cfg.type_v
+        if cfg.cb_eval is not None:
+            cp.cb_eval = cfg.cb_eval
+        if other is not None:
+            cp.ctx_other = other.ptr
+            cp.n_rs_seq = 0
+        self.ptr = lc.llama_init_from_model(model.ptr, cp)
+        if not self.ptr:
+            raise ModelLoadError(f"{model.path}: llama.cpp could not create a context "
+                                 f"(n_ctx={cfg.n_ctx}; out of memory?)")
+        if cfg.non_causal:
+            lc.llama_set_causal_attn(self.ptr, False)
+        self.n_ctx = lc.llama_n_ctx(self.ptr)
+        self.mem = lc.llama_get_memory(self.ptr)
+        self._taps: list[int] = []
+
+    def enable_taps(self, layer_ids: list[int]) -> None:
+        for lid in layer_ids:
+            ext.flashdesk_set_layer_tap(self.ptr, lid, True)
+        self._taps = list(layer_ids)
+
+    def taps(self, n_rows: int) -> np.ndarray:
+        """Features of the last decode: (n_rows, len(taps) * n_embd) float32,
+        the tapped layer inputs concatenated in tap order (a fresh array)."""
+        n_embd = self.model.n_embd
+        out = np.empty((n_rows, len(self._taps) * n_embd), dtype=np.float32)
+        for j, lid in enumerate(self._taps):
+            p = ext.flashdesk_get_layer_tap(self.ptr, lid)
+            if not p:
+                raise GenerationError(f"{self.model.path}: hidden-state tap {lid} is not available")
+            out[:, j * n_embd:(j + 1) * n_embd] = np.ctypeslib.as_array(p, shape=(n_rows, n_embd))
+        return out
+
+    def decode(self, batch: TokenBatch | EmbeddingBatch) -> None:
+        rc = lc.llama_decode(self.ptr, batch.batch)
+        if rc != 0:
+            raise GenerationError(f"{self.model.path}: llama_decode failed with code {rc} "
+                                  f"({'no free KV slot: context full' if rc == 1 else 'see log'})")
+
+    def argmax_rows(self, rows: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """(argmax token, top1-top2 logit gap) of each output row, computed in C."""
+        n = len(rows)
+        idx = (ctypes.c_int32 * n)(*rows)
+        tok = np.empty(n, dtype=np.int32)
+        gap = np.empty(n, dtype=np.float32)
+        rc = ext.flashdesk_argmax_rows(self.ptr, idx, n, tok.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)),
+                                       gap.ctypes.data_as(ctypes.POINTER(ctypes.c_float)))
+        if rc != 0:
+            raise GenerationError(f"{self.model.path}: no logits for rows {rows}")
+        return tok, gap
+
+    def logits_row(self, row: int) -> np.ndarray:
+        """A view of one output row's logits (valid until the next decode)."""
+        p = lc.llama_get_logits_ith(self.ptr, row)
+        if not p:
+            raise GenerationError(f"{self.model.path}: no logits for row {row}")
+        return np.ctypeslib.as_array(p, shape=(self.model.n_vocab,))
+
+    def seq_rm(self, p0: int, p1: int = -1) -> bool:
+        return bool(lc.llama_memory_seq_rm(self.mem, 0, p0, p1))
+
+    def pos_max(self) -> int:
+        return lc.llama_memory_seq_pos_max(self.mem, 0)
+
+    def pos_min(self) -> int:
+        return lc.llama_memory_seq_pos_min(self.mem, 0)
+
+    def clear(self) -> None:
+        lc.llama_memory_clear(self.mem, True)
+
+    def memory_breakdown(self) -> list[tuple[str, int, int, int]]:
+        return ext.memory_breakdown(self.ptr)
+
+    def close(self) -> None:
+        if getattr(self, "ptr", None):
+            lc.llama_free(self.ptr)
+            self.ptr = None
+
+    def __del__(self) -> None:
+        self.close()
+
+
+class TokenBatch:
+    """A reusable token batch (sequence 0) filled through numpy views."""
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self.batch = lc.llama_batch_init(capacity, 0, 1)
+        b = self.batch
+        self.token = np.ctypeslib.as_array(b.token, shape=(capacity,))
+        self.pos = np.ctypeslib.as_array(b.pos, shape=(capacity,))
+        self.n_seq_id = np.ctypeslib.as_array(b.n_seq_id, shape=(capacity,))
+        self.logits = np.ctypeslib.as_array(b.logits, shape=(capacity,))
+        for i in range(capacity):
+            b.seq_id[i][0] = 0
+        self.n_seq_id[:] = 1
+
+    def set(self, tokens: list[int] | np.ndarray, pos0: int, outputs: bool | np.ndarray) -> None:
+        n = len(tokens)
+        if n > self.capacity:
+            raise ValueError(f"batch of {n} tokens exceeds capacity {self.capacity}")
+        self.token[:n] = tokens
+        self.pos[:n] = np.arange(pos0, pos0 + n, dtype=np.int32)
+        self.logits[:n] = outputs
+        self.batch.n_tokens = n
+
+    def close(self) -> None:
+        if getattr(self, "batch", None) is not None:
+            lc.llama_batch_free(self.batch)
+            self.batch = None
+
+    def __del__(self) -> None:
+        self.close()
+
+
+class EmbeddingBatch:
+    """A reusable embedding batch: rows of target features injected into a
+    DFlash drafter's KV cache (the legacy llama_batch path, rows of n_embd_enc)."""
+
+    def __init__(self, capacity: int, width: int):
+        self.capacity = capacity
+        self.width = width
+        self.batch = lc.llama_batch_init(capacity, width, 1)
+        b = self.batch
+        self.embd = np.ctypeslib.as_array(b.embd, shape=(capacity, width))
+        self.pos = np.ctypeslib.as_array(b.pos, shape=(capacity,))
+        self.n_seq_id = np.ctypeslib.as_array(b.n_seq_id, shape=(capacity,))
+        self.logits = np.ctypeslib.as_array(b.logits, shape=(capacity,))
+        for i in range(capacity):
+            b.seq_id[i][0] = 0
+        self.n_seq_id[:] = 1
+        self.logits[:] = 0
+
+    def set(self, rows: np.ndarray, pos0: int) -> None:
+        n = rows.shape[0]
+        if n > self.capacity or rows.shape[1] != self.width:
+            raise ValueError(f"feature block {rows.shape} does not fit batch ({self.capacity}, {self.width})")
+        self.embd[:n] = rows
+        self.pos[:n] = np.arange(pos0, pos0 + n, dtype=np.int32)
+        self.batch.n_tokens = n
+
+    def close(self) -> None:
+        if getattr(self, "batch", None) is not None:
+            lc.llama_batch_free(self.batch)
+            self.batch = None
+
+    def __del__(self) -> None:
+        self.close()

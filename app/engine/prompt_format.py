@@ -1,0 +1,102 @@
+"""Turning a conversation into the prompt text a model expects.
+
+A model's own chat template (Jinja, from its GGUF) is untrusted input: it is
+rendered in Jinja's immutable sandbox. Models without a template (the
+bundled Gemma 3 270M is a base model) get a plain, visible format:
+
+    <system prompt, if any>
+
+    User: <message>
+    Assistant: <reply>
+    User: <message>
+    Assistant:
+
+with "\\nUser:" as a stop string. Gemma's <start_of_turn> markup was tried on
+the base model and makes it echo the question or ramble; the plain format
+gives short answers. The drafter is distilled on text in this format.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import date
+
+from jinja2 import TemplateError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from app.errors import FlashDeskError
+
+PLAIN_FORMAT_NAME = "plain (User:/Assistant:)"
+
+
+class TemplateRenderError(FlashDeskError):
+    pass
+
+
+@dataclass
+class ChatMessage:
+    role: str  # "system" | "user" | "assistant"
+    content: str
+
+
+@dataclass
+class PromptFormat:
+    """How a conversation becomes text; `stop` ends a reply."""
+    name: str
+    template: str | None = None  # a Jinja chat template, or None for the plain format
+    bos_token: str = ""
+    eos_token: str = ""
+    stop: list[str] = field(default_factory=list)
+
+    @property
+    def is_plain(self) -> bool:
+        return self.template is None
+
+    def render(self, messages: list[ChatMessage], add_generation_prompt: bool = True) -> str:
+        if self.template is None:
+            return render_plain(messages, add_generation_prompt)
+        return render_template(self.template, messages, add_generation_prompt, self.bos_token, self.eos_token)
+
+
+def render_plain(messages: list[ChatMessage], add_generation_prompt: bool = True) -> str:
+    parts: list[str] = []
+    for m in messages:
+        if m.role == "system":
+            if m.content.strip():
+                parts.append(m.content.strip() + "\n\n")
+        elif m.role == "user":
+            parts.append(f"User: {m.content.strip()}\n")
+        else:
+            parts.append(f"Assistant: {m.content.strip()}\n")
+    if add_generation_prompt:
+        parts.append("Assistant:")
+    return "".join(parts)
+
+
+PLAIN_STOP = ["\nUser:"]
+
+
+def render_template(template: str, messages: list[ChatMessage], add_generation_prompt: bool,
+                    bos_token: str = "", eos_token: str = "") -> str:
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+
+    def raise_exception(msg: str) -> None:
+        raise TemplateRenderError(f"the model's chat template refused the conversation: {msg}")
+
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = lambda fmt: date.today().strftime(fmt)
+    try:
+        tpl = env.from_string(template)
+        return tpl.render(messages=[{"role": m.role, "content": m.content} for m in messages],
+                          add_generation_prompt=add_generation_prompt, bos_token=bos_token, eos_token=eos_token)
+    except TemplateRenderError:
+        raise
+    except (TemplateError, Exception) as e:  # a sandbox violation or a broken template
+        raise TemplateRenderError(f"the model's chat template could not be rendered: {e}") from e
+
+
+def format_for_model(template: str | None, bos_token: str = "", eos_token: str = "") -> PromptFormat:
+    """The prompt format of a model: its own template, or the plain fallback."""
+    if template:
+        return PromptFormat("model template", template, bos_token, eos_token, stop=[])
+    return PromptFormat(PLAIN_FORMAT_NAME, None, stop=list(PLAIN_STOP))

@@ -1,0 +1,91 @@
+"""Acceptance and timing statistics that travel with every generation event."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class GenerationStats:
+    block_size: int = 16
+    n_prompt: int = 0
+    n_prompt_reused: int = 0  # prompt tokens whose KV came from the previous turn
+    n_generated: int = 0
+    steps: int = 0  # verify passes
+    spec_steps: int = 0  # verify passes that checked at least one drafted token
+    drafted: int = 0
+    accepted: int = 0
+    # per block position 1..block_size-1: how often a draft was proposed / accepted there
+    draft_by_pos: list[int] = field(default_factory=list)
+    accept_by_pos: list[int] = field(default_factory=list)
+    k_history: list[int] = field(default_factory=list)  # draft length chosen at each step
+    accepted_history: list[int] = field(default_factory=list)  # accepted drafts at each step
+    t_prefill_s: float = 0.0
+    t_draft_s: float = 0.0  # drafter pass (+ its readout and cache trim)
+    t_verify_s: float = 0.0  # target pass over [anchor, drafts] + readout / sampling
+    t_inject_s: float = 0.0  # reading taps + feeding them to the drafter
+    t_llama_s: float = 0.0  # all time inside llama.cpp calls during decoding
+    t_decode_s: float = 0.0  # wall time of the decode loop (after prefill)
+    t_total_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        n = max(self.block_size - 1, 0)
+        if not self.draft_by_pos:
+            self.draft_by_pos = [0] * n
+        if not self.accept_by_pos:
+            self.accept_by_pos = [0] * n
+
+    def record_step(self, k: int, a: int, n_emitted: int) -> None:
+        self.steps += 1
+        self.n_generated += n_emitted
+        self.k_history.append(k)
+        self.accepted_history.append(a)
+        if k > 0:
+            self.spec_steps += 1
+            self.drafted += k
+            self.accepted += a
+            for j in range(min(k, len(self.draft_by_pos))):
+                self.draft_by_pos[j] += 1
+            for j in range(min(a, len(self.accept_by_pos))):
+                self.accept_by_pos[j] += 1
+
+    @property
+    def tau(self) -> float:
+        """Mean acceptance length: tokens per verify pass (accepted drafts + 1)."""
+        return (self.accepted + self.steps) / self.steps if self.steps else 0.0
+
+    @property
+    def tau_spec(self) -> float:
+        """tau over the steps that drafted (what the drafter achieves when used)."""
+        return (self.accepted + self.spec_steps) / self.spec_steps if self.spec_steps else 0.0
+
+    @property
+    def acceptance_rate_by_pos(self) -> list[float]:
+        return [a / d if d else 0.0 for a, d in zip(self.accept_by_pos, self.draft_by_pos)]
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.n_generated / self.t_decode_s if self.t_decode_s > 0 else 0.0
+
+    @property
+    def host_share(self) -> float:
+        """Share of decode time spent outside llama.cpp calls (Python overhead)."""
+        return (self.t_decode_s - self.t_llama_s) / self.t_decode_s if self.t_decode_s > 0 else 0.0
+
+    def to_dict(self, history: bool = False) -> dict:
+        d = asdict(self)
+        if not history:
+            d.pop("k_history")
+            d.pop("accepted_history")
+        d.update(tau=round(self.tau, 4), tau_spec=round(self.tau_spec, 4),
+                 tokens_per_s=round(self.tokens_per_s, 3), host_share=round(self.host_share, 5),
+                 acceptance_rate_by_pos=[round(x, 4) for x in self.acceptance_rate_by_pos])
+        for k, v in list(d.items()):
+            if isinstance(v, float):
+                d[k] = round(v, 6)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> GenerationStats:
+        names = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in d.items() if k in names})

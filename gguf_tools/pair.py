@@ -1,0 +1,153 @@
+"""Does a DFlash drafter fit a target? Every check, with a plain-language reason.
+
+    python -m gguf_tools pair TARGET.gguf DRAFTER.gguf [--json]
+
+The engine runs the same checks before loading, and the UI shows the same
+messages, so "no compatible draft model" always comes with the why.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from app.errors import FlashDeskError, PairMismatch
+from gguf_tools.reader import read_gguf
+
+@dataclass
+class PairCheck:
+    name: str
+    ok: bool
+    detail: str
+
+@dataclass
+class PairReport:
+    target: str
+    drafter: str
+    checks: list[PairCheck] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    @property
+    def problems(self) -> list[str]:
+        return [c.detail for c in self.checks if not c.ok]
+
+    def raise_if_bad(self) -> None:
+        if not self.ok:
+            raise PairMismatch(self.target, self.drafter, self.problems)
+
+    def to_dict(self) -> dict:
+        return {"target": self.target, "drafter": self.drafter, "ok": self.ok,
+                "checks": [asdict(c) for c in self.checks]}
+
+def tap_architectures() -> tuple[str, ...] | None:
+    """Architectures whose hidden states the installed native build can tap."""
+    try:
+        from native.lib import build_info
+        return build_info().tap_architectures
+    except Exception:
+        return None
+
+def check_pair(target: str | Path, drafter: str | Path,
+               tap_archs: tuple[str, ...] | None = None) -> PairReport:
+    """Run every compatibility check; raises ModelLoadError only for unreadable files."""
+    t = read_gguf(target)
+    d = read_gguf(drafter)
+    rep = PairReport(str(t.path), str(d.path))
+    add = rep.checks.append
+
+    is_dflash = d.arch == "dflash"
+    add(PairCheck("drafter_architecture", is_dflash,
+                  "the drafter is a DFlash model" if is_dflash else
+                  f"the drafter's architecture is {d.arch!r}, not 'dflash': it is a plain model, not a DFlash drafter"))
+    if t.arch == "dflash":
+        add(PairCheck("target_architecture", False,
+                      "the target is itself a DFlash drafter: choose the full model as the target"))
+    if not is_dflash:
+        return rep
+
+    add(PairCheck("hidden_size", d.n_embd == t.n_embd,
+                  f"hidden size {t.n_embd} on both" if d.n_embd == t.n_embd else
+                  f"hidden size differs: the drafter is built for {d.n_embd}, the target has {t.n_embd} "
+                  f"(this drafter belongs to a different model)"))
+
+    tv, dv = t.n_vocab, d.n_vocab
+    add(PairCheck("vocab_size", tv == dv,
+                  f"vocabulary of {tv} tokens on both" if tv == dv else
+                  f"vocabulary size differs: target {tv} tokens, drafter {dv}"))
+    if tv == dv and t.has("tokenizer.ggml.tokens") and d.has("tokenizer.ggml.tokens"):
+        same = t.array_digest("tokenizer.ggml.tokens") == d.array_digest("tokenizer.ggml.tokens")
+        add(PairCheck("tokenizer", same, "identical token lists" if same else
+                      "same vocabulary size but different tokens: the drafter was made for another tokenizer"))
+
+    layers = d.get("dflash.target_layers")
+    if not layers:
+        add(PairCheck("target_layers", False, "the drafter has no dflash.target_layers metadata"))
+    else:
+        bad = [lid for lid in layers if not 0 <= int(lid) <= t.n_layer]
+        add(PairCheck("target_layers", not bad,
+                      f"taps layer inputs {list(layers)} of the target's {t.n_layer} layers" if not bad else
+                      f"the drafter taps layers {bad}, but the target has only {t.n_layer} layers "
+                      f"(it was trained for a deeper model)"))
+        fc = d.tensor("fc.weight")
+        if fc is not None:
+            want = len(layers) * d.n_embd
+            add(PairCheck("fc_width", fc.shape[0] == want,
+                          f"fc reads {len(layers)} x {d.n_embd} features" if fc.shape[0] == want else
+                          f"fc.weight expects {fc.shape[0]} input features but {len(layers)} layers x "
+                          f"{d.n_embd} = {want}: the drafter file is inconsistent"))
+
+    archs = tap_archs if tap_archs is not None else tap_architectures()
+    if archs is not None:
+        ok = t.arch in archs
+        add(PairCheck("taps", ok, f"this build taps hidden states of {t.arch!r} models" if ok else
+                      f"this build cannot tap hidden states of {t.arch!r} models (supported: {', '.join(archs)})"))
+
+    mask = d.get("tokenizer.ggml.mask_token_id")
+    if mask is None:
+        add(PairCheck("mask_token", False, "the drafter sets no tokenizer.ggml.mask_token_id "
+                                           "(DFlash fills its block with this token)"))
+    else:
+        ok = 0 <= int(mask) < dv
+        add(PairCheck("mask_token", ok, f"mask token id {mask}" if ok else
+                      f"mask token id {mask} is outside the vocabulary of {dv} tokens"))
+
+    bs = int(d.get("dflash.block_size", 16))
+    add(PairCheck("block_size", 2 <= bs <= 64, f"block size {bs}" if 2 <= bs <= 64 else
+                  f"block size {bs} is not usable (expected 2..64)"))
+
+    shares = d.tensor("output.weight") is None
+    if shares:
+        has_head = t.tensor("output.weight") is not None or t.tensor("token_embd.weight") is not None
+        add(PairCheck("shared_head", has_head, "the drafter shares the target's embeddings and output head"
+                      if has_head else "the drafter needs the target's output head, which the target lacks"))
+    elif d.tensor("d2t") is None:
+        rows = d.tensor("output.weight").shape[1]
+        add(PairCheck("draft_head", rows == tv, f"own output head over {rows} tokens" if rows == tv else
+                      f"the drafter's own head covers {rows} tokens but has no d2t map to the target's {tv}"))
+    return rep
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m gguf_tools pair", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("target")
+    ap.add_argument("drafter")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    try:
+        rep = check_pair(args.target, args.drafter)
+    except FlashDeskError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(rep.to_dict(), indent=2))
+    else:
+        for c in rep.checks:
+            print(f"[{'ok' if c.ok else 'FAIL'}] {c.name}: {c.detail}")
+        print("compatible" if rep.ok else "NOT compatible")
+    return 0 if rep.ok else 1

@@ -1,0 +1,292 @@
+"""Tiny random GGUF models for tests: targets of several architectures, DFlash
+drafters that fit them, and a random drafter for any real target.
+
+    python -m gguf_tools synth pair OUT_DIR [--arch qwen3|gemma3|...]
+    python -m gguf_tools synth drafter --target T.gguf --out D.gguf
+
+A tiny target has a 64-token SPM vocabulary (lowercase letters, digits,
+a few bigrams; `<mask>` = 3), 64-dim, 2-4
+layers: about 1 MB, loads in milliseconds. Random weights give ~0 natural
+acceptance; tests force drafts to exercise multi-token acceptance.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import gguf
+import numpy as np
+
+from gguf_tools.reader import read_gguf
+
+# Architectures with a tiny-target recipe here (see _layer_tensors).
+TINY_ARCHS = ("qwen3", "llama", "gemma3", "gemma2", "mistral3", "phi3", "granite")
+
+_SPECIALS = ["<unk>", "<s>", "</s>", "<mask>"]
+# single characters first (so any lowercase text tokenizes: SPM merges only
+# through pieces in the vocabulary), then frequent bigrams; "<0x0A>" is newline
+_PIECES = (["\u2581", "<0x0A>"] + list("abcdefghijklmnopqrstuvwxyz0123456789.,") +
+           ["\u2581t", "th", "he", "\u2581a", "in", "er", "an", "re", "on", "at", "en", "nd", "es", "or",
+            "\u2581s", "\u2581the", "ou", "it", "is", "\u2581i"])
+TINY_VOCAB = _SPECIALS + _PIECES
+TINY_MASK_ID = 3
+assert len(TINY_VOCAB) == 64
+
+
+@dataclass(frozen=True)
+class TinyShape:
+    n_embd: int = 64
+    n_layer: int = 4
+    n_head: int = 4
+    n_head_kv: int = 2
+    head_dim: int = 16
+    n_ff: int = 128
+    n_ctx: int = 1024
+
+
+def _tiny_vocab(w: gguf.GGUFWriter) -> None:
+    w.add_tokenizer_model("llama")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(TINY_VOCAB)
+    w.add_token_scores([-float(i) for i in range(len(TINY_VOCAB))])
+    types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL,
+             gguf.TokenType.NORMAL, gguf.TokenType.BYTE]
+    w.add_token_types(types + [gguf.TokenType.NORMAL] * (len(TINY_VOCAB) - len(types)))
+    w.add_unk_token_id(0)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_mask_token_id(TINY_MASK_ID)
+    w.add_add_bos_token(True)
+    w.add_add_eos_token(False)
+
+
+def _copy_vocab(w: gguf.GGUFWriter, target: Path) -> None:
+    """A drafter carries its own copy of the target's tokenizer."""
+    info = read_gguf(target)
+    for key in info.metadata_keys():
+        if not key.startswith("tokenizer.") or key == "tokenizer.ggml.mask_token_id":
+            continue
+        value = info.get(key)
+        if key == "tokenizer.ggml.tokens":
+            w.add_token_list(value)
+        elif key == "tokenizer.ggml.scores":
+            w.add_token_scores(value)
+        elif key == "tokenizer.ggml.token_type":
+            w.add_token_types(value)
+        elif key == "tokenizer.ggml.merges":
+            w.add_token_merges(value)
+        elif isinstance(value, bool):
+            w.add_bool(key, value)
+        elif isinstance(value, int):
+            w.add_uint32(key, value)
+        elif isinstance(value, float):
+            w.add_float32(key, value)
+        elif isinstance(value, str):
+            w.add_string(key, value)
+        elif isinstance(value, list):
+            w.add_array(key, value)
+
+
+class _Rand:
+    def __init__(self, seed: int, dtype: type = np.float32):
+        self.rng = np.random.default_rng(seed)
+        self.dtype = dtype
+
+    def mat(self, n_in: int, n_out: int, scale: float | None = None) -> np.ndarray:
+        # numpy shape (n_out, n_in) == ggml ne (n_in, n_out)
+        s = scale if scale is not None else 1.0 / math.sqrt(n_in)
+        return (self.rng.standard_normal((n_out, n_in)) * s).astype(self.dtype)
+
+    def norm(self, n: int) -> np.ndarray:
+        return (1.0 + 0.1 * self.rng.standard_normal(n)).astype(np.float32)
+
+
+def _layer_tensors(arch: str, s: TinyShape, r: _Rand, il: int) -> dict[str, np.ndarray]:
+    p = f"blk.{il}."
+    q_dim, kv_dim = s.n_head * s.head_dim, s.n_head_kv * s.head_dim
+    t = {p + "attn_norm.weight": r.norm(s.n_embd), p + "ffn_norm.weight": r.norm(s.n_embd),
+         p + "attn_output.weight": r.mat(q_dim, s.n_embd), p + "ffn_down.weight": r.mat(s.n_ff, s.n_embd)}
+    if arch == "phi3":
+        t[p + "attn_qkv.weight"] = r.mat(s.n_embd, q_dim + 2 * kv_dim)
+        t[p + "ffn_up.weight"] = r.mat(s.n_embd, 2 * s.n_ff)
+        return t
+    t[p + "attn_q.weight"] = r.mat(s.n_embd, q_dim)
+    t[p + "attn_k.weight"] = r.mat(s.n_embd, kv_dim)
+    t[p + "attn_v.weight"] = r.mat(s.n_embd, kv_dim)
+    t[p + "ffn_gate.weight"] = r.mat(s.n_embd, s.n_ff)
+    t[p + "ffn_up.weight"] = r.mat(s.n_embd, s.n_ff)
+    if arch in ("qwen3", "gemma3"):
+        t[p + "attn_q_norm.weight"] = r.norm(s.head_dim)
+        t[p + "attn_k_norm.weight"] = r.norm(s.head_dim)
+    if arch in ("gemma2", "gemma3"):
+        t[p + "post_attention_norm.weight"] = r.norm(s.n_embd)
+        t[p + "post_ffw_norm.weight"] = r.norm(s.n_embd)
+    return t
+
+
+def write_tiny_target(path: str | Path, arch: str = "qwen3", shape: TinyShape = TinyShape(), seed: int = 0,
+                      tied_output: bool = False) -> Path:
+    """A tiny random F32 target of architecture `arch` with the tiny vocabulary."""
+    if arch not in TINY_ARCHS:
+        raise ValueError(f"no tiny recipe for architecture {arch!r}; have {', '.join(TINY_ARCHS)}")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    r = _Rand(seed)
+    s = shape
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_name("flashdesk tiny random target")  # no arch in the name: llama.cpp special-cases "phi3" names
+    w.add_context_length(s.n_ctx)
+    w.add_embedding_length(s.n_embd)
+    w.add_block_count(s.n_layer)
+    w.add_feed_forward_length(s.n_ff)
+    w.add_head_count(s.n_head)
+    w.add_head_count_kv(s.n_head_kv)
+    w.add_key_length(s.head_dim)
+    w.add_value_length(s.head_dim)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_rope_freq_base(10000.0)
+    w.add_rope_dimension_count(s.head_dim)
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    if arch == "gemma2":
+        w.add_sliding_window(256)
+        w.add_attn_logit_softcapping(50.0)
+        w.add_final_logit_softcapping(30.0)
+    if arch == "gemma3":
+        w.add_sliding_window(256)
+    if arch == "granite":
+        w.add_logit_scale(1.0 / 4.0)
+        w.add_residual_scale(0.5)
+        w.add_embedding_scale(2.0)
+        w.add_attention_scale(1.0 / s.head_dim)
+    _tiny_vocab(w)
+    w.add_tensor("token_embd.weight", r.mat(s.n_embd, len(TINY_VOCAB), scale=1.0))
+    w.add_tensor("output_norm.weight", r.norm(s.n_embd))
+    if not tied_output and arch not in ("gemma2", "gemma3"):
+        w.add_tensor("output.weight", r.mat(s.n_embd, len(TINY_VOCAB)))
+    for il in range(s.n_layer):
+        for name, arr in _layer_tensors(arch, s, r, il).items():
+            w.add_tensor(name, arr)
+    _finish(w)
+    return path
+
+
+def default_target_layers(n_layer: int, n_taps: int) -> list[int]:
+    """DFlash's spacing (z-lab build_target_layer_ids): n_taps layers evenly from
+    1 to n_layer-3, as layer-input ids (+1), the convention of llama.cpp GGUFs."""
+    if n_taps == 1:
+        return [n_layer // 2 + 1]
+    lo, hi = 1, max(1, n_layer - 3)
+    return [int(round(lo + i * (hi - lo) / (n_taps - 1))) + 1 for i in range(n_taps)]
+
+
+def write_drafter(path: str | Path, target: str | Path, *, n_layer: int = 2, target_layers: list[int] | None = None,
+                  block_size: int = 16, n_head: int | None = None, n_head_kv: int | None = None,
+                  head_dim: int | None = None, n_ff: int | None = None, seed: int = 1,
+                  dtype: type = np.float32, mask_token_id: int | None = None,
+                  embedding_scale: float | None = None) -> Path:
+    """A random DFlash drafter that fits `target` (any GGUF target): hidden size,
+    vocabulary and tokenizer copied from it, the target's embeddings and output
+    head shared through ctx_other (the drafter file has neither)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    info = read_gguf(target)
+    n_embd = info.n_embd
+    n_head = n_head or int(info.arch_get("attention.head_count", 4))
+    n_head_kv = n_head_kv or int(info.arch_get("attention.head_count_kv", n_head))
+    head_dim = head_dim or int(info.arch_get("attention.key_length", n_embd // n_head))
+    n_ff = n_ff or int(info.arch_get("feed_forward_length", 4 * n_embd))
+    layers = target_layers or default_target_layers(info.n_layer, min(5, max(2, info.n_layer // 2)))
+    if mask_token_id is None:
+        mask_token_id = info.get("tokenizer.ggml.mask_token_id")
+    if mask_token_id is None:
+        tokens = info.get("tokenizer.ggml.tokens") or []
+        mask_token_id = tokens.index("<mask>") if "<mask>" in tokens else None
+    if mask_token_id is None:
+        raise ValueError(f"{target}: no mask token (no tokenizer.ggml.mask_token_id and no '<mask>' in the vocabulary)")
+    if embedding_scale is None and info.arch in ("gemma", "gemma2", "gemma3"):
+        embedding_scale = math.sqrt(n_embd)  # Gemma scales its input embeddings by sqrt(n_embd)
+
+    r = _Rand(seed, dtype)
+    w = gguf.GGUFWriter(str(path), "dflash")
+    w.add_name(f"dflash-random-for-{info.arch}")
+    w.add_context_length(int(info.arch_get("context_length", 4096)))
+    w.add_embedding_length(n_embd)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(n_ff)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_head_kv)
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_rope_freq_base(float(info.arch_get("rope.freq_base", 10000.0)))
+    w.add_target_layers(layers)
+    w.add_block_size(block_size)
+    if embedding_scale:
+        w.add_float32("dflash.embedding_scale", float(embedding_scale))
+    w.add_file_type(gguf.LlamaFileType.ALL_F32 if dtype == np.float32 else gguf.LlamaFileType.MOSTLY_F16)
+    _copy_vocab(w, Path(target))
+    w.add_mask_token_id(int(mask_token_id))
+    q_dim, kv_dim = n_head * head_dim, n_head_kv * head_dim
+    w.add_tensor("fc.weight", r.mat(n_embd * len(layers), n_embd))
+    w.add_tensor("enc.output_norm.weight", r.norm(n_embd))
+    w.add_tensor("output_norm.weight", r.norm(n_embd))
+    for il in range(n_layer):
+        p = f"blk.{il}."
+        w.add_tensor(p + "attn_norm.weight", r.norm(n_embd))
+        w.add_tensor(p + "attn_q.weight", r.mat(n_embd, q_dim))
+        w.add_tensor(p + "attn_k.weight", r.mat(n_embd, kv_dim))
+        w.add_tensor(p + "attn_v.weight", r.mat(n_embd, kv_dim))
+        w.add_tensor(p + "attn_output.weight", r.mat(q_dim, n_embd))
+        w.add_tensor(p + "attn_q_norm.weight", r.norm(head_dim))
+        w.add_tensor(p + "attn_k_norm.weight", r.norm(head_dim))
+        w.add_tensor(p + "ffn_norm.weight", r.norm(n_embd))
+        w.add_tensor(p + "ffn_gate.weight", r.mat(n_embd, n_ff))
+        w.add_tensor(p + "ffn_up.weight", r.mat(n_embd, n_ff))
+        w.add_tensor(p + "ffn_down.weight", r.mat(n_ff, n_embd))
+    _finish(w)
+    return path
+
+
+def write_tiny_pair(out_dir: str | Path, arch: str = "qwen3", seed: int = 0, block_size: int = 8,
+                    shape: TinyShape = TinyShape()) -> tuple[Path, Path]:
+    """(target, drafter) of about 1 MB together; drafter taps layers [1, n_layer-1]."""
+    out_dir = Path(out_dir)
+    target = write_tiny_target(out_dir / f"tiny-{arch}-target.gguf", arch, shape, seed)
+    drafter = write_drafter(out_dir / f"tiny-{arch}-dflash.gguf", target, n_layer=2,
+                            target_layers=[1, shape.n_layer - 1], block_size=block_size, seed=seed + 1)
+    return target, drafter
+
+
+def _finish(w: gguf.GGUFWriter) -> None:
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m gguf_tools synth", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("pair", help="write a tiny target + drafter")
+    p.add_argument("out_dir")
+    p.add_argument("--arch", default="qwen3", choices=TINY_ARCHS)
+    p.add_argument("--seed", type=int, default=0)
+    d = sub.add_parser("drafter", help="write a random drafter for a target GGUF")
+    d.add_argument("--target", required=True)
+    d.add_argument("--out", required=True)
+    d.add_argument("--layers", type=int, default=2)
+    d.add_argument("--block-size", type=int, default=16)
+    d.add_argument("--f16", action="store_true")
+    args = ap.parse_args(argv)
+    if args.cmd == "pair":
+        t, dr = write_tiny_pair(args.out_dir, args.arch, args.seed)
+        print(t)
+        print(dr)
+    else:
+        print(write_drafter(args.out, args.target, n_layer=args.layers, block_size=args.block_size,
+                            dtype=np.float16 if args.f16 else np.float32))
+    return 0

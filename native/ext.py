@@ -1,0 +1,75 @@
+"""ctypes bindings for FlashDesk's C API (src/flashdesk-ext.h in the patch).
+
+One function per C function, its declaration in the comment above it, in
+the style of llama_cpp.py. Import through native.lib.load().
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import llama_cpp.llama_cpp as lc
+
+API_VERSION = 1
+
+_lib = lc._lib
+_ctx_p = lc.llama_context_p_ctypes
+_model_p = lc.llama_model_p_ctypes
+
+
+def _bind(name: str, argtypes: list, restype):  # noqa: ANN001
+    fn = getattr(_lib, name)
+    fn.argtypes = argtypes
+    fn.restype = restype
+    return fn
+
+
+# int32_t flashdesk_ext_api_version(void);
+flashdesk_ext_api_version = _bind("flashdesk_ext_api_version", [], ctypes.c_int32)
+
+# void flashdesk_set_layer_tap(struct llama_context * ctx, uint32_t lid, bool on);
+flashdesk_set_layer_tap = _bind("flashdesk_set_layer_tap", [_ctx_p, ctypes.c_uint32, ctypes.c_bool], None)
+
+# float * flashdesk_get_layer_tap(struct llama_context * ctx, uint32_t lid);
+flashdesk_get_layer_tap = _bind("flashdesk_get_layer_tap", [_ctx_p, ctypes.c_uint32],
+                                ctypes.POINTER(ctypes.c_float))
+
+# int32_t flashdesk_model_target_layers(const struct llama_model * model, int32_t * out, int32_t cap);
+flashdesk_model_target_layers = _bind("flashdesk_model_target_layers",
+                                      [_model_p, ctypes.POINTER(ctypes.c_int32), ctypes.c_int32], ctypes.c_int32)
+
+# int32_t flashdesk_model_n_devices(const struct llama_model * model);
+flashdesk_model_n_devices = _bind("flashdesk_model_n_devices", [_model_p], ctypes.c_int32)
+
+# const char * flashdesk_model_device_name(const struct llama_model * model, int32_t i);
+flashdesk_model_device_name = _bind("flashdesk_model_device_name", [_model_p, ctypes.c_int32], ctypes.c_char_p)
+
+# int32_t flashdesk_argmax_rows(struct llama_context * ctx, const int32_t * idx, int32_t n,
+#                               int32_t * out_token, float * out_gap);
+flashdesk_argmax_rows = _bind("flashdesk_argmax_rows",
+                              [_ctx_p, ctypes.POINTER(ctypes.c_int32), ctypes.c_int32,
+                               ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_float)], ctypes.c_int32)
+
+# int32_t flashdesk_memory_breakdown(const struct llama_context * ctx, char * buf, int32_t cap);
+flashdesk_memory_breakdown = _bind("flashdesk_memory_breakdown", [_ctx_p, ctypes.c_char_p, ctypes.c_int32],
+                                   ctypes.c_int32)
+
+
+def target_layers(model: int) -> list[int]:
+    """A drafter's target layer ids (layer-input ids, as stored in the GGUF)."""
+    n = flashdesk_model_target_layers(model, None, 0)
+    buf = (ctypes.c_int32 * max(n, 1))()
+    flashdesk_model_target_layers(model, buf, n)
+    return list(buf[:n])
+
+
+def memory_breakdown(ctx: int) -> list[tuple[str, int, int, int]]:
+    """(buffer type, model bytes, context bytes, compute bytes) per buffer type."""
+    need = flashdesk_memory_breakdown(ctx, None, 0)
+    buf = ctypes.create_string_buffer(need)
+    flashdesk_memory_breakdown(ctx, buf, need)
+    rows = []
+    for line in buf.value.decode().splitlines():
+        name, model_b, ctx_b, compute_b = line.split("\t")
+        rows.append((name, int(model_b), int(ctx_b), int(compute_b)))
+    return rows

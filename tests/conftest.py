@@ -1,0 +1,67 @@
+"""Shared fixtures: tiny random pairs (written once per session), the bundled
+Gemma 3 270M target and a random drafter that fits it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("tiny")
+
+
+@pytest.fixture(scope="session")
+def tiny_pair(tiny_dir: Path) -> tuple[Path, Path]:
+    """A qwen3-shaped F32 target (4 layers) and a 2-layer DFlash drafter, block size 8."""
+    from gguf_tools.synth import write_tiny_pair
+
+    return write_tiny_pair(tiny_dir / "qwen3", "qwen3")
+
+
+@pytest.fixture(scope="session")
+def tiny_gemma_pair(tiny_dir: Path) -> tuple[Path, Path]:
+    from gguf_tools.synth import write_tiny_pair
+
+    return write_tiny_pair(tiny_dir / "gemma3", "gemma3")
+
+
+@pytest.fixture(scope="session")
+def gemma_target() -> Path:
+    from app.bundled import default_target
+
+    return default_target()
+
+
+@pytest.fixture(scope="session")
+def gemma_random_drafter(gemma_target: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A random 2-layer F16 drafter for the Gemma target (full shared head)."""
+    import numpy as np
+
+    from gguf_tools.synth import write_drafter
+
+    return write_drafter(tmp_path_factory.mktemp("gemma") / "gemma-random-dflash.gguf", gemma_target,
+                         n_layer=2, dtype=np.float16)
+
+
+@pytest.fixture(scope="session")
+def gemma_engine(gemma_target: Path, gemma_random_drafter: Path):
+    from app.engine.dflash import Engine, EngineConfig
+
+    e = Engine(gemma_target, gemma_random_drafter, EngineConfig(n_ctx=2048))
+    yield e
+    e.close()
+
+
+@pytest.fixture
+def tiny_engine(tiny_pair: tuple[Path, Path]):
+    from app.engine.dflash import Engine, EngineConfig
+
+    e = Engine(*tiny_pair, EngineConfig(n_ctx=512))
+    yield e
+    e.close()
