@@ -57,6 +57,8 @@ class GGUFInfo:
     metadata: dict[str, Any]
     tensors: list[TensorInfo]
     _lazy: dict[str, LazyArray] = field(default_factory=dict, repr=False)
+    # key -> (GGUF value type, element type for arrays): lets a copy keep the exact types
+    value_types: dict[str, tuple[int, int | None]] = field(default_factory=dict, repr=False)
 
     @property
     def arch(self) -> str:
@@ -197,6 +199,7 @@ def _parse_buf(path: Path, buf: memoryview, size: int) -> GGUFInfo:
     pos = 24
     meta: dict[str, Any] = {}
     lazy: dict[str, LazyArray] = {}
+    vtypes: dict[str, tuple[int, int | None]] = {}
 
     def need(k: int) -> None:
         if pos + k > size:
@@ -223,11 +226,14 @@ def _parse_buf(path: Path, buf: memoryview, size: int) -> GGUFInfo:
                 need(struct.calcsize(fmt))
                 meta[key] = struct.unpack_from(fmt, buf, pos)[0]
                 pos += struct.calcsize(fmt)
+                vtypes[key] = (vtype, None)
             elif vtype == _STRING:
                 meta[key] = read_str()
+                vtypes[key] = (vtype, None)
             elif vtype == _ARRAY:
                 need(12)
                 et, cnt = struct.unpack_from("<IQ", buf, pos)
+                vtypes[key] = (vtype, et)
                 pos += 12
                 eager = cnt <= _EAGER_ARRAY_MAX
                 start = pos
@@ -275,7 +281,7 @@ def _parse_buf(path: Path, buf: memoryview, size: int) -> GGUFInfo:
         raise _fail(path, f"truncated: its tensors need {end_needed:,} bytes but the file has {size:,} "
                           f"(an interrupted download or copy?)")
     return GGUFInfo(path=path, version=version, file_size=size, data_offset=data_offset,
-                    metadata=meta, tensors=tensors, _lazy=lazy)
+                    metadata=meta, tensors=tensors, _lazy=lazy, value_types=vtypes)
 
 
 @lru_cache(maxsize=32)
