@@ -1,0 +1,166 @@
+"""Answer a question from retrieved chunks: the chunks go into the prompt with
+numbered source labels, as many as fit the context budget (counted in the
+model's tokens), and the answer carries its sources (file, page, lines, score).
+
+DFlash stays on: retrieved text is copied into answers a lot, which a drafter
+predicts well, so acceptance (tau) on these answers is reported with them.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+
+from app.documents.retrieve import Hit, RetrievalResult, Retriever
+from app.engine.params import GenerationParams
+from app.engine.prompt_format import PLAIN_STOP, ChatMessage, format_for_model
+
+INSTRUCTIONS = ("Answer the question using only the sources below. Quote the exact words of the source "
+                "that answers it. If the sources do not answer it, say so.")
+NO_SOURCES = "Nothing in the selected collections matches this question."
+_MARGIN_TOKENS = 8  # tokenizing pieces apart may differ by a token or two from the whole
+
+
+@dataclass
+class Source:
+    n: int  # the number the prompt labels it with: [n]
+    file: str
+    name: str
+    page: int | None
+    line_start: int
+    line_end: int
+    heading: str
+    score: float
+    collection: str
+    text: str
+    cited: bool = False  # the answer mentions [n]
+
+    def label(self) -> str:
+        where = f"page {self.page}" if self.page is not None else (
+            f"line {self.line_start}" if self.line_start == self.line_end else
+            f"lines {self.line_start}-{self.line_end}")
+        return f"[{self.n}] {self.name}, {where}"
+
+    def to_dict(self, with_text: bool = False) -> dict:
+        d = asdict(self)
+        d["score"] = round(self.score, 6)
+        if not with_text:
+            d.pop("text")
+        return d
+
+    @classmethod
+    def from_hit(cls, n: int, hit: Hit, text: str | None = None) -> Source:
+        c = hit.chunk
+        return cls(n, c.path, c.name, c.page, c.line_start, c.line_end, c.heading, hit.score, c.collection,
+                   c.text if text is None else text)
+
+
+@dataclass
+class Answer:
+    question: str
+    text: str
+    sources: list[Source]
+    retrieval: dict
+    generation: dict = field(default_factory=dict)
+    finish_reason: str | None = None
+    prompt_tokens: int = 0
+
+    def to_dict(self) -> dict:
+        return {"question": self.question, "answer": self.text,
+                "sources": [s.to_dict() for s in self.sources], "retrieval": self.retrieval,
+                "generation": self.generation, "finish_reason": self.finish_reason,
+                "prompt_tokens": self.prompt_tokens}
+
+
+def source_block(src: Source) -> str:
+    head = src.label() + (f" ({src.heading})" if src.heading else "")
+    return f"{head}\n{src.text.strip()}\n\n"
+
+
+def build_prompt(question: str, hits: Sequence[Hit], count_tokens: Callable[[str], int],
+                 budget_tokens: int, render: Callable[[str, str], str],
+                 truncate: Callable[[str, int], str] | None = None) -> tuple[str, list[Source]]:
+    """The prompt and the sources in it. Hits are taken best first while they
+    fit `budget_tokens` (the prompt's whole size, instructions and question
+    included); one that does not fit is passed over for smaller ones after it.
+    `render(sources_text, question)` lays out the final prompt."""
+    room = budget_tokens - count_tokens(render("", question)) - _MARGIN_TOKENS
+    sources: list[Source] = []
+    for hit in hits:
+        src = Source.from_hit(len(sources) + 1, hit)
+        cost = count_tokens(source_block(src))
+        if cost > room and not sources and truncate is not None and room > 32:
+            # not even the best chunk fits: keep its beginning rather than nothing
+            src.text = truncate(src.text, room - count_tokens(source_block(Source.from_hit(1, hit, ""))))
+            cost = count_tokens(source_block(src))
+        if cost <= room:
+            sources.append(src)
+            room -= cost
+    prompt = render("".join(source_block(s) for s in sources), question)
+    while sources and count_tokens(prompt) > budget_tokens:  # the pieces undercounted: drop the last
+        sources.pop()
+        prompt = render("".join(source_block(s) for s in sources), question)
+    return prompt, sources
+
+
+def _renderer(template: str | None) -> Callable[[str, str], str]:
+    fmt = format_for_model(template)
+    if fmt.is_plain:
+        def render(sources: str, question: str) -> str:
+            system = f"{INSTRUCTIONS}\n\nSources:\n\n{sources}".rstrip()
+            return fmt.render([ChatMessage("system", system), ChatMessage("user", question)])
+    else:
+        # many templates refuse a system turn: everything goes in the user turn
+        def render(sources: str, question: str) -> str:
+            user = f"{INSTRUCTIONS}\n\nSources:\n\n{sources}Question: {question}"
+            return fmt.render([ChatMessage("user", user)])
+    return render
+
+
+def answer_question(engine: object, retriever: Retriever, question: str, collections: Sequence[str], *,
+                    k: int = 5, mode: str = "auto", params: GenerationParams | None = None,
+                    cancel: threading.Event | None = None,
+                    on_text: Callable[[str], None] | None = None) -> Answer:
+    """Retrieve, build the prompt within the context budget, generate (DFlash when
+    the engine has a drafter). `engine` is an app.engine.dflash.Engine."""
+    question = question.strip()
+    if not question:
+        raise ValueError("the question is empty")
+    params = params or GenerationParams(max_tokens=128)
+    t0 = time.perf_counter()
+    found: RetrievalResult = retriever.search(question, collections, k=k, mode=mode)
+    retrieval = found.stats()
+    retrieval["collections"] = list(collections)
+    if not found.hits:
+        return Answer(question, NO_SOURCES, [], retrieval, finish_reason="no_sources")
+
+    template = engine.target.chat_template()
+    render = _renderer(template)
+
+    def count(text: str) -> int:
+        return len(engine.tokenize(text, add_special=False))
+
+    def truncate(text: str, n_tokens: int) -> str:
+        return engine.detokenize(engine.tokenize(text, add_special=False)[:max(n_tokens, 0)])
+
+    budget = engine.n_ctx - params.max_tokens
+    prompt, sources = build_prompt(question, found.hits, count, budget, render, truncate)
+    retrieval["n_hits"] = len(found.hits)
+    retrieval["n_sources_in_prompt"] = len(sources)
+    retrieval["t_prompt_s"] = round(time.perf_counter() - t0 - found.t_total_s, 6)
+    tokens = engine.tokenize(prompt)
+    stop = list(params.stop) + [s for s in (format_for_model(template).stop or PLAIN_STOP) if s not in params.stop]
+    gen = GenerationParams(**{**asdict(params), "stop": stop})
+    text = ""
+    ev = None
+    for ev in engine.generate(tokens, gen, cancel=cancel):
+        text += ev.text
+        if on_text is not None and ev.text:
+            on_text(ev.text)
+    answer = text.strip()
+    for s in sources:
+        s.cited = f"[{s.n}]" in answer
+    return Answer(question, answer, sources, retrieval, ev.stats.to_dict() if ev else {},
+                  ev.finish_reason if ev else None, len(tokens))
