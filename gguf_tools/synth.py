@@ -128,8 +128,9 @@ def _layer_tensors(arch: str, s: TinyShape, r: _Rand, il: int) -> dict[str, np.n
 
 
 def write_tiny_target(path: str | Path, arch: str = "qwen3", shape: TinyShape = TinyShape(), seed: int = 0,
-                      tied_output: bool = False) -> Path:
-    """A tiny random F32 target of architecture `arch` with the tiny vocabulary."""
+                      tied_output: bool = False, chat_template: str | None = None) -> Path:
+    """A tiny random F32 target of architecture `arch` with the tiny vocabulary
+    (and `chat_template` as its tokenizer.chat_template, when given)."""
     if arch not in TINY_ARCHS:
         raise ValueError(f"no tiny recipe for architecture {arch!r}; have {', '.join(TINY_ARCHS)}")
     path = Path(path)
@@ -162,6 +163,8 @@ def write_tiny_target(path: str | Path, arch: str = "qwen3", shape: TinyShape = 
         w.add_embedding_scale(2.0)
         w.add_attention_scale(1.0 / s.head_dim)
     _tiny_vocab(w)
+    if chat_template is not None:
+        w.add_chat_template(chat_template)
     w.add_tensor("token_embd.weight", r.mat(s.n_embd, len(TINY_VOCAB), scale=1.0))
     w.add_tensor("output_norm.weight", r.norm(s.n_embd))
     if not tied_output and arch not in ("gemma2", "gemma3"):
@@ -251,10 +254,11 @@ def write_drafter(path: str | Path, target: str | Path, *, n_layer: int = 2, tar
 
 
 def write_tiny_pair(out_dir: str | Path, arch: str = "qwen3", seed: int = 0, block_size: int = 8,
-                    shape: TinyShape = TinyShape()) -> tuple[Path, Path]:
+                    shape: TinyShape = TinyShape(), chat_template: str | None = None) -> tuple[Path, Path]:
     """(target, drafter) of about 1 MB together; drafter taps layers [1, n_layer-1]."""
     out_dir = Path(out_dir)
-    target = write_tiny_target(out_dir / f"tiny-{arch}-target.gguf", arch, shape, seed)
+    target = write_tiny_target(out_dir / f"tiny-{arch}-target.gguf", arch, shape, seed,
+                               chat_template=chat_template)
     drafter = write_drafter(out_dir / f"tiny-{arch}-dflash.gguf", target, n_layer=2,
                             target_layers=[1, shape.n_layer - 1], block_size=block_size, seed=seed + 1)
     return target, drafter

@@ -1,0 +1,1 @@
+"""The Qt-free chat session: conversation -> prompt -> engine -> persisted reply."""

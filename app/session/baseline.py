@@ -1,0 +1,57 @@
+"""The plain-decoding baseline a reply's speedup is measured against.
+
+Taken once per loaded model: from the calibration module when it exists
+(it measures plain decoding as part of its cost model), else from a short
+plain run through the same engine, so the speedup shown is measured here,
+on this machine, never assumed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.engine.params import GenerationParams
+
+# a neutral request; its text only sets the context length (lowercase: tiny test vocabularies have no capitals)
+BASELINE_REQUEST = "tell me a short story about a lighthouse keeper and the sea"
+SOURCE_CALIBRATION = "calibration"
+SOURCE_PLAIN_RUN = "plain run"
+
+
+@dataclass
+class Baseline:
+    tokens_per_s: float
+    source: str  # how it was measured
+    n_tokens: int = 0
+
+    def to_dict(self) -> dict:
+        return {"tokens_per_s": round(self.tokens_per_s, 3), "source": self.source, "n_tokens": self.n_tokens}
+
+
+def measure_baseline(engine, prompt_text: str, n_tokens: int = 24) -> Baseline:  # noqa: ANN001 - an Engine
+    """Plain tokens/s of `engine`'s target (calibration if available, else a short plain run of
+    `prompt_text`, which should be a chat prompt in the model's format)."""
+    try:
+        from app.engine.calibration import calibrate
+    except ModuleNotFoundError as e:
+        if not (e.name or "").startswith("app.engine"):
+            raise
+        calibrate = None
+    if calibrate is not None:
+        tps = float(calibrate(engine).plain_tokens_per_s)
+        if tps > 0:
+            return Baseline(tps, SOURCE_CALIBRATION)
+    return measure_plain_run(engine, prompt_text, n_tokens)
+
+
+def measure_plain_run(engine, prompt_text: str, n_tokens: int = 24) -> Baseline:  # noqa: ANN001
+    """Decode `n_tokens` greedily without drafting (after a short warm-up) and time it."""
+    prompt = engine.tokenize(prompt_text)
+    # the warm-up pays one-time costs (first graph build, page faults) the measurement should not see
+    for _ in engine.generate(prompt, GenerationParams(max_tokens=2, speculative=False)):
+        pass
+    st = None
+    for ev in engine.generate(prompt, GenerationParams(max_tokens=n_tokens, speculative=False)):
+        st = ev.stats
+    engine.reset()
+    return Baseline(st.tokens_per_s if st else 0.0, SOURCE_PLAIN_RUN, st.n_generated if st else 0)

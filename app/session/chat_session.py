@@ -1,0 +1,169 @@
+"""One loaded engine answering the conversations of a store.
+
+`ChatSession.reply` renders the conversation with the target's chat template
+(or the plain fallback), runs the engine and writes the reply to the store
+at every step BEFORE yielding it, so whatever a UI has shown is already on
+disk when the app is killed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from app.engine.events import FINISH_CANCELLED
+from app.engine.prompt_format import ChatMessage, PromptFormat, format_for_model
+from app.engine.stats import GenerationStats
+from app.errors import FlashDeskError
+from app.session.baseline import BASELINE_REQUEST, Baseline, measure_baseline
+from app.session.conversation_ops import ConversationError
+from app.session.settings import ChatSettings
+from app.session.summary import RateSeries, ReplySummary, RunningTotals, summarize
+from app.store import Store
+from app.store.records import STATUS_DONE, STATUS_ERROR, STATUS_STOPPED, STATUS_STREAMING
+
+
+@dataclass
+class ReplyUpdate:
+    """One step of a reply, as a UI shows it (a snapshot: safe to hand to another thread)."""
+    conversation_id: int
+    message_id: int
+    delta: str  # new text
+    drafted_chars: int  # how many leading chars of `delta` came from accepted drafts
+    content: str  # the whole reply so far
+    status: str  # the message's status in the store (streaming, done, stopped)
+    stats: GenerationStats
+    summary: ReplySummary
+    record: dict  # the stats record stored with the message (what a reloaded message shows)
+    drafted_spans: list[list[int]] = field(default_factory=list)
+    tps_series: list[float] = field(default_factory=list)
+    finish_reason: str | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.finish_reason is not None
+
+
+class ChatSession:
+    """Turns stored conversations into prompts and streams the engine's replies into the store."""
+
+    def __init__(self, engine, store: Store, baseline: Baseline | None = None):  # noqa: ANN001
+        self.engine = engine
+        self.store = store
+        self.baseline = baseline
+        self.format: PromptFormat = _prompt_format(engine)
+        names = [Path(engine.target.path).name] + ([Path(engine.drafter.path).name] if engine.drafter else [])
+        self.model_label = " + ".join(names)
+
+    def measure_baseline(self) -> Baseline:
+        """Measure (once per loaded model) the plain-decoding speed replies are compared with."""
+        text = self.format.render([ChatMessage("user", BASELINE_REQUEST)])
+        self.baseline = measure_baseline(self.engine, text)
+        return self.baseline
+
+    def prompt_messages(self, conv_id: int) -> list[ChatMessage]:
+        conv = self.store.conversation(conv_id)
+        out = [ChatMessage("system", conv.system_prompt)] if conv.system_prompt.strip() else []
+        for m in self.store.messages(conv_id):
+            if m.role in ("user", "assistant") and (m.content.strip() or m.role == "user"):
+                out.append(ChatMessage(m.role, m.content))
+        if not out or out[-1].role != "user":
+            raise ConversationError(f"conversation {conv_id} does not end with a user message to answer")
+        return out
+
+    def reply(self, conv_id: int, settings: ChatSettings, cancel: threading.Event | None = None,
+              policy=None) -> Iterator[ReplyUpdate]:  # noqa: ANN001 - a DraftPolicy
+        """Answer the conversation's last user message; one update per decode step."""
+        settings.validate()
+        text = self.format.render(self.prompt_messages(conv_id))
+        prompt = self.engine.tokenize(text)
+        params = settings.to_params(self.format.stop)
+        if params.adaptive and policy is None and params.speculative and self.engine.has_drafter:
+            policy = adaptive_policy(self.engine)
+        before = RunningTotals()
+        for m in self.store.messages(conv_id):
+            if m.role == "assistant" and m.stats and "generation" in m.stats:
+                before.add(GenerationStats.from_dict(m.stats["generation"]))
+        events = self.engine.generate(prompt, params, cancel=cancel, policy=policy)  # may raise ContextOverflow
+        msg = self.store.add_message(conv_id, "assistant", "", status=STATUS_STREAMING, model=self.model_label)
+        base_tps = self.baseline.tokens_per_s if self.baseline else None
+        base_src = self.baseline.source if self.baseline else ""
+        content, spans, series = "", [], RateSeries()
+        try:
+            for ev in events:
+                drafted = _drafted_chars(self.engine, ev.tokens, ev.drafted, len(ev.text))
+                if drafted:
+                    _add_span(spans, len(content), len(content) + drafted)
+                content += ev.text
+                st = ev.stats
+                series.add(st.t_decode_s, st.n_generated)
+                summ = summarize(st, before, base_tps, base_src)
+                status = STATUS_STREAMING
+                if ev.finish_reason is not None:
+                    status = STATUS_STOPPED if ev.finish_reason == FINISH_CANCELLED else STATUS_DONE
+                payload = {"generation": st.to_dict(history=ev.finish_reason is not None),
+                           "summary": summ.to_dict(), "tps_series": [round(x, 2) for x in series.points],
+                           "finish_reason": ev.finish_reason, "prompt_format": self.format.name}
+                # persist first, then show: a crash after the yield loses nothing shown
+                self.store.update_message(msg.id, content=content, status=status, stats=payload,
+                                          drafted_spans=spans)
+                yield ReplyUpdate(conv_id, msg.id, ev.text, drafted, content, status, _snapshot(st), summ, payload,
+                                  [list(s) for s in spans], list(series.points), ev.finish_reason)
+        except GeneratorExit:
+            self.store.update_message(msg.id, status=STATUS_STOPPED)
+            raise
+        except Exception as e:
+            self.store.update_message(msg.id, status=STATUS_ERROR, error=str(e))
+            raise
+        finally:
+            self.store.touch(conv_id)
+
+
+def adaptive_policy(engine):  # noqa: ANN001, ANN201
+    """The adaptive draft-length policy, or None while app.engine.adaptive does not exist yet."""
+    try:
+        from app.engine.adaptive import adaptive_policy_for
+    except ModuleNotFoundError as e:
+        if (e.name or "").startswith("app.engine"):
+            return None
+        raise
+    return adaptive_policy_for(engine)
+
+
+def _prompt_format(engine) -> PromptFormat:  # noqa: ANN001
+    template = engine.target.chat_template()
+    eos = ""
+    eos_id = engine.target.meta("tokenizer.ggml.eos_token_id")
+    if template and eos_id is not None:
+        try:
+            eos = engine.target.token_to_piece(int(eos_id), special=True).decode("utf-8", "replace")
+        except (ValueError, FlashDeskError):
+            eos = ""
+    # BOS comes from tokenization (add_special), so the template gets an empty bos_token: no double BOS
+    return format_for_model(template, bos_token="", eos_token=eos)
+
+
+def _drafted_chars(engine, tokens: list[int], drafted: list[bool], n_text: int) -> int:  # noqa: ANN001
+    """Chars of this step's text that came from accepted drafts (the leading tokens of the step)."""
+    n_acc = sum(1 for d in drafted if d)
+    if n_acc == 0 or n_text == 0:
+        return 0
+    pieces = b"".join(engine.target.token_to_piece(t) for t in tokens[:n_acc])
+    # text held back by a pending stop string shifts things slightly: clamp to what was shown
+    return min(len(pieces.decode("utf-8", "ignore")), n_text)
+
+
+def _add_span(spans: list[list[int]], start: int, end: int) -> None:
+    if spans and spans[-1][1] == start:
+        spans[-1][1] = end
+    else:
+        spans.append([start, end])
+
+
+def _snapshot(st: GenerationStats) -> GenerationStats:
+    """A copy the worker will not mutate (the engine updates its stats object in place)."""
+    return dataclasses.replace(st, draft_by_pos=list(st.draft_by_pos), accept_by_pos=list(st.accept_by_pos),
+                               k_history=[], accepted_history=[])
