@@ -15,13 +15,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from app.errors import FlashDeskError, PairMismatch
-from gguf_tools.reader import read_gguf
+from gguf_tools.reader import GGUFInfo, read_gguf
+
 
 @dataclass
 class PairCheck:
     name: str
     ok: bool
     detail: str
+    skipped: bool = False  # could not be checked here (e.g. no native build); never a failure
+
 
 @dataclass
 class PairReport:
@@ -37,6 +40,10 @@ class PairReport:
     def problems(self) -> list[str]:
         return [c.detail for c in self.checks if not c.ok]
 
+    def check(self, name: str) -> PairCheck | None:
+        """The check called `name`, if it ran."""
+        return next((c for c in self.checks if c.name == name), None)
+
     def raise_if_bad(self) -> None:
         if not self.ok:
             raise PairMismatch(self.target, self.drafter, self.problems)
@@ -44,6 +51,7 @@ class PairReport:
     def to_dict(self) -> dict:
         return {"target": self.target, "drafter": self.drafter, "ok": self.ok,
                 "checks": [asdict(c) for c in self.checks]}
+
 
 def tap_architectures() -> tuple[str, ...] | None:
     """Architectures whose hidden states the installed native build can tap."""
@@ -53,9 +61,52 @@ def tap_architectures() -> tuple[str, ...] | None:
     except Exception:
         return None
 
+
+# block sizes the engine and llama.cpp's dflash graph handle (DFlash ships 10 and 16)
+MIN_BLOCK, MAX_BLOCK = 2, 64
+_TOKENIZER_KEYS = ("tokenizer.ggml.model", "tokenizer.ggml.pre")
+_TOKENIZER_ARRAYS = ("tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.token_type")
+
+
+def _token_text(info: GGUFInfo, tid: int) -> str | None:
+    n = info.array_len("tokenizer.ggml.tokens") or 0
+    if not 0 <= tid < n:
+        return None
+    return info.get("tokenizer.ggml.tokens")[tid]
+
+
+def _check_tokenizer(t: GGUFInfo, d: GGUFInfo, add) -> None:  # noqa: ANN001 - list.append
+    tv, dv = t.n_vocab, d.n_vocab
+    add(PairCheck("vocab_size", tv == dv,
+                  f"vocabulary of {tv} tokens on both" if tv == dv else
+                  f"vocabulary size differs: the target has {tv} tokens, the drafter {dv} "
+                  f"(the drafter belongs to a model with another tokenizer)"))
+    if not d.has("tokenizer.ggml.tokens"):
+        add(PairCheck("tokenizer", False, "the drafter carries no tokenizer, so llama.cpp cannot find its mask "
+                                          "token: reconvert it with the target's tokenizer (gguf_tools convert)"))
+        return
+    if not t.has("tokenizer.ggml.tokens"):
+        add(PairCheck("tokenizer", False, "the target carries no tokenizer"))
+        return
+    diffs = [k.removeprefix("tokenizer.ggml.") for k in _TOKENIZER_KEYS if t.get(k) != d.get(k)]
+    diffs += [k.removeprefix("tokenizer.ggml.") for k in _TOKENIZER_ARRAYS
+              if (t.has(k) or d.has(k)) and t.array_digest(k) != d.array_digest(k)]
+    if not diffs:
+        add(PairCheck("tokenizer", True, f"identical tokenizers ({t.get('tokenizer.ggml.model')}, "
+                                         f"same {tv} tokens)"))
+    elif tv == dv and "tokens" in diffs:
+        add(PairCheck("tokenizer", False, "same vocabulary size but different tokens: the drafter was made for "
+                                          "another tokenizer, so its drafts would be the wrong ids"))
+    else:
+        add(PairCheck("tokenizer", False, f"the tokenizers differ in {', '.join(diffs)}: the drafter was made "
+                                          f"for another tokenizer"))
+
+
 def check_pair(target: str | Path, drafter: str | Path,
                tap_archs: tuple[str, ...] | None = None) -> PairReport:
-    """Run every compatibility check; raises ModelLoadError only for unreadable files."""
+    """Run every compatibility check; raises ModelLoadError only for unreadable files.
+
+    `tap_archs` overrides the native build's list of tappable architectures (tests)."""
     t = read_gguf(target)
     d = read_gguf(drafter)
     rep = PairReport(str(t.path), str(d.path))
@@ -68,6 +119,8 @@ def check_pair(target: str | Path, drafter: str | Path,
     if t.arch == "dflash":
         add(PairCheck("target_architecture", False,
                       "the target is itself a DFlash drafter: choose the full model as the target"))
+    else:
+        add(PairCheck("target_architecture", True, f"the target is a {t.arch!r} model with {t.n_layer} layers"))
     if not is_dflash:
         return rep
 
@@ -75,24 +128,17 @@ def check_pair(target: str | Path, drafter: str | Path,
                   f"hidden size {t.n_embd} on both" if d.n_embd == t.n_embd else
                   f"hidden size differs: the drafter is built for {d.n_embd}, the target has {t.n_embd} "
                   f"(this drafter belongs to a different model)"))
-
-    tv, dv = t.n_vocab, d.n_vocab
-    add(PairCheck("vocab_size", tv == dv,
-                  f"vocabulary of {tv} tokens on both" if tv == dv else
-                  f"vocabulary size differs: target {tv} tokens, drafter {dv}"))
-    if tv == dv and t.has("tokenizer.ggml.tokens") and d.has("tokenizer.ggml.tokens"):
-        same = t.array_digest("tokenizer.ggml.tokens") == d.array_digest("tokenizer.ggml.tokens")
-        add(PairCheck("tokenizer", same, "identical token lists" if same else
-                      "same vocabulary size but different tokens: the drafter was made for another tokenizer"))
+    _check_tokenizer(t, d, add)
 
     layers = d.get("dflash.target_layers")
     if not layers:
-        add(PairCheck("target_layers", False, "the drafter has no dflash.target_layers metadata"))
+        add(PairCheck("target_layers", False, "the drafter has no dflash.target_layers: it does not say which "
+                                              "of the target's hidden states it reads"))
     else:
         bad = [lid for lid in layers if not 0 <= int(lid) <= t.n_layer]
         add(PairCheck("target_layers", not bad,
-                      f"taps layer inputs {list(layers)} of the target's {t.n_layer} layers" if not bad else
-                      f"the drafter taps layers {bad}, but the target has only {t.n_layer} layers "
+                      f"reads the inputs of target layers {list(layers)} (the target has {t.n_layer})" if not bad else
+                      f"the drafter reads target layers {bad}, but the target has only {t.n_layer} layers "
                       f"(it was trained for a deeper model)"))
         fc = d.tensor("fc.weight")
         if fc is not None:
@@ -103,23 +149,29 @@ def check_pair(target: str | Path, drafter: str | Path,
                           f"{d.n_embd} = {want}: the drafter file is inconsistent"))
 
     archs = tap_archs if tap_archs is not None else tap_architectures()
-    if archs is not None:
+    if archs is None:
+        add(PairCheck("taps", True, "not checked: no native build found to ask which architectures it taps",
+                      skipped=True))
+    else:
         ok = t.arch in archs
         add(PairCheck("taps", ok, f"this build taps hidden states of {t.arch!r} models" if ok else
-                      f"this build cannot tap hidden states of {t.arch!r} models (supported: {', '.join(archs)})"))
+                      f"this build cannot tap hidden states of {t.arch!r} models, so no drafter can run on this "
+                      f"target (supported: {', '.join(archs)})"))
 
     mask = d.get("tokenizer.ggml.mask_token_id")
     if mask is None:
         add(PairCheck("mask_token", False, "the drafter sets no tokenizer.ggml.mask_token_id "
                                            "(DFlash fills its block with this token)"))
+    elif not 0 <= int(mask) < d.n_vocab:
+        add(PairCheck("mask_token", False, f"mask token id {mask} is outside the vocabulary of {d.n_vocab} tokens"))
     else:
-        ok = 0 <= int(mask) < dv
-        add(PairCheck("mask_token", ok, f"mask token id {mask}" if ok else
-                      f"mask token id {mask} is outside the vocabulary of {dv} tokens"))
+        text = _token_text(d, int(mask))
+        add(PairCheck("mask_token", True, f"mask token id {mask}" + (f" ({text!r})" if text is not None else "")))
 
     bs = int(d.get("dflash.block_size", 16))
-    add(PairCheck("block_size", 2 <= bs <= 64, f"block size {bs}" if 2 <= bs <= 64 else
-                  f"block size {bs} is not usable (expected 2..64)"))
+    ok = MIN_BLOCK <= bs <= MAX_BLOCK
+    add(PairCheck("block_size", ok, f"block size {bs}: up to {bs - 1} drafted tokens per step" if ok else
+                  f"block size {bs} is not usable (expected {MIN_BLOCK}..{MAX_BLOCK})"))
 
     shares = d.tensor("output.weight") is None
     if shares:
@@ -128,9 +180,11 @@ def check_pair(target: str | Path, drafter: str | Path,
                       if has_head else "the drafter needs the target's output head, which the target lacks"))
     elif d.tensor("d2t") is None:
         rows = d.tensor("output.weight").shape[1]
-        add(PairCheck("draft_head", rows == tv, f"own output head over {rows} tokens" if rows == tv else
-                      f"the drafter's own head covers {rows} tokens but has no d2t map to the target's {tv}"))
+        add(PairCheck("draft_head", rows == t.n_vocab, f"own output head over {rows} tokens"
+                      if rows == t.n_vocab else
+                      f"the drafter's own head covers {rows} tokens but has no d2t map to the target's {t.n_vocab}"))
     return rep
+
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m gguf_tools pair", description=__doc__,
@@ -148,6 +202,6 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(rep.to_dict(), indent=2))
     else:
         for c in rep.checks:
-            print(f"[{'ok' if c.ok else 'FAIL'}] {c.name}: {c.detail}")
+            print(f"[{'skip' if c.skipped else 'ok' if c.ok else 'FAIL'}] {c.name}: {c.detail}")
         print("compatible" if rep.ok else "NOT compatible")
     return 0 if rep.ok else 1
