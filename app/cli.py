@@ -132,6 +132,11 @@ def cmd_app(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="flashdesk", description="Fast local chat through DFlash speculative decoding.")
+    # the desktop app's options (used when no subcommand is given)
+    ap.add_argument("--data-dir", help="where the app keeps its database (default: the user data directory)")
+    ap.add_argument("--headless", action="store_true", help="no window: a short generation on the bundled pair")
+    ap.add_argument("--report-startup", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--quit-after", type=float, default=None, help=argparse.SUPPRESS)
     sub = ap.add_subparsers(dest="cmd")
 
     g = sub.add_parser("generate", help="one generation (JSON with --json)")

@@ -279,9 +279,10 @@ class Engine:
     def _draft(self, anchor: int, n_past: int, k: int, st: GenerationStats) -> list[int]:
         t0 = time.perf_counter()
         block = [anchor] + [self.mask_token] * k
-        outputs = np.zeros(k + 1, dtype=np.int8)
-        outputs[1:] = 1
-        self._dbatch.set(block, n_past, outputs)
+        # every entry is an output: the dflash graph computes logits for all
+        # block rows without output-id filtering, so a partial output mask
+        # would misalign rows (the parity test caught this)
+        self._dbatch.set(block, n_past, True)
         self.dctx.decode(self._dbatch)
         toks, _ = self.dctx.argmax_rows(list(range(1, k + 1)))
         # the block's own K/V must not stay: later blocks would attend to it

@@ -154,6 +154,8 @@ class ContextConfig:
     flash_attn: int = -1  # auto
     swa_full: bool = False
     non_causal: bool = False
+    n_seq_max: int = 1  # >1 only for batch jobs (dataset generation)
+    kv_unified: bool = False
     cb_eval: object | None = None  # a ggml_backend_sched_eval_callback (tests)
 
 
@@ -167,7 +169,8 @@ class LlamaContext:
         cp.n_ctx = cfg.n_ctx
         cp.n_batch = cfg.n_batch
         cp.n_ubatch = cfg.n_ubatch
-        cp.n_seq_max = 1
+        cp.n_seq_max = cfg.n_seq_max
+        cp.kv_unified = cfg.kv_unified
         threads = cfg.n_threads or os.cpu_count() or 2
         cp.n_threads = threads
         cp.n_threads_batch = threads
@@ -198,6 +201,10 @@ class LlamaContext:
         for lid in layer_ids:
             ext.flashdesk_set_layer_tap(self.ptr, lid, True)
         self._taps = list(layer_ids)
+
+    @property
+    def tap_layers(self) -> list[int]:
+        return list(self._taps)
 
     def taps(self, n_rows: int) -> np.ndarray:
         """Features of the last decode: (n_rows, len(taps) * n_embd) float32,
@@ -236,8 +243,8 @@ class LlamaContext:
             raise GenerationError(f"{self.model.path}: no logits for row {row}")
         return np.ctypeslib.as_array(p, shape=(self.model.n_vocab,))
 
-    def seq_rm(self, p0: int, p1: int = -1) -> bool:
-        return bool(lc.llama_memory_seq_rm(self.mem, 0, p0, p1))
+    def seq_rm(self, p0: int, p1: int = -1, seq: int = 0) -> bool:
+        return bool(lc.llama_memory_seq_rm(self.mem, seq, p0, p1))
 
     def pos_max(self) -> int:
         return lc.llama_memory_seq_pos_max(self.mem, 0)
@@ -275,8 +282,27 @@ class TokenBatch:
             b.seq_id[i][0] = 0
         self.n_seq_id[:] = 1
 
+    def set_rows(self, tokens: np.ndarray, pos: np.ndarray, seq: np.ndarray, outputs: np.ndarray) -> None:
+        """Entries of several sequences in one batch (dataset generation)."""
+        n = len(tokens)
+        if n > self.capacity:
+            raise ValueError(f"batch of {n} tokens exceeds capacity {self.capacity}")
+        self.token[:n] = tokens
+        self.pos[:n] = pos
+        self.logits[:n] = outputs
+        sid = self.batch.seq_id
+        for i, s in enumerate(seq.tolist()):
+            sid[i][0] = s
+        self._multi = True
+        self.batch.n_tokens = n
+
     def set(self, tokens: list[int] | np.ndarray, pos0: int, outputs: bool | np.ndarray) -> None:
         n = len(tokens)
+        if getattr(self, "_multi", False):
+            sid = self.batch.seq_id
+            for i in range(self.capacity):
+                sid[i][0] = 0
+            self._multi = False
         if n > self.capacity:
             raise ValueError(f"batch of {n} tokens exceeds capacity {self.capacity}")
         self.token[:n] = tokens

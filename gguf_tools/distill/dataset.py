@@ -1,0 +1,114 @@
+"""The distillation dataset on disk: generated shards packed for training.
+
+`pack()` turns the shards of generate.py into one folder of flat arrays:
+features of the chosen tap layers as a bfloat16 memmap (read lazily: the
+whole set is several GB), tokens, per-sequence offsets, and the top-K
+target logits of response positions. `DistillData` serves sequences from it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+
+@dataclass
+class Sequence:
+    index: int
+    kind: str
+    greedy: bool
+    tokens: np.ndarray  # [L] int
+    n_prompt: int
+    features: np.ndarray  # [L-1, n_taps*n_embd] bfloat16 bits (uint16), memmap slice
+    topk_ids: np.ndarray  # [L-n_prompt, K]: row j predicts tokens[n_prompt + j]
+    topk_logits: np.ndarray
+
+
+def pack(data_dir: Path, out_dir: Path, tap_layers: list[int]) -> Path:
+    """Select `tap_layers` (a subset of those generated) into flat arrays under out_dir."""
+    meta = json.loads((data_dir / "meta.json").read_text())
+    have = meta["tap_layers"]
+    missing = [lid for lid in tap_layers if lid not in have]
+    if missing:
+        raise ValueError(f"{data_dir} has taps {have}; layers {missing} were not generated")
+    n_embd = meta["n_embd"]
+    cols = np.concatenate([np.arange(have.index(lid) * n_embd, (have.index(lid) + 1) * n_embd) for lid in tap_layers])
+    shards = sorted(data_dir.glob("shard-*.npz"))
+    if not shards:
+        raise ValueError(f"{data_dir}: no generated shards")
+    total_feat = 0
+    total_tok = 0
+    total_resp = 0
+    for s in shards:
+        with np.load(s) as z:
+            total_feat += z["features"].shape[0]
+            total_tok += z["tokens"].shape[0]
+            total_resp += z["topk_ids"].shape[0]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    feats = np.lib.format.open_memmap(out_dir / "features.npy", mode="w+", dtype=np.uint16,
+                                      shape=(total_feat, len(cols)))
+    tokens, lengths, n_prompt, kinds, greedy, topk_ids, topk_logits, ids = [], [], [], [], [], [], [], []
+    f0 = 0
+    for s in shards:
+        with np.load(s) as z:
+            f = z["features"]
+            feats[f0:f0 + f.shape[0]] = f[:, cols]
+            f0 += f.shape[0]
+            tokens.append(z["tokens"])
+            lengths.append(z["lengths"])
+            n_prompt.append(z["n_prompt"])
+            kinds.append(z["kinds"])
+            greedy.append(z["greedy"])
+            topk_ids.append(z["topk_ids"])
+            topk_logits.append(z["topk_logits"])
+            ids.append(z["prompt_ids"])
+    feats.flush()
+    np.savez(out_dir / "index.npz", tokens=np.concatenate(tokens), lengths=np.concatenate(lengths),
+             n_prompt=np.concatenate(n_prompt), kinds=np.concatenate(kinds), greedy=np.concatenate(greedy),
+             topk_ids=np.concatenate(topk_ids), topk_logits=np.concatenate(topk_logits),
+             prompt_ids=np.concatenate(ids))
+    (out_dir / "meta.json").write_text(json.dumps({**meta, "tap_layers": tap_layers, "source": str(data_dir)}))
+    return out_dir
+
+
+class DistillData:
+    def __init__(self, packed: Path):
+        self.meta = json.loads((packed / "meta.json").read_text())
+        self.features = np.load(packed / "features.npy", mmap_mode="r")
+        z = np.load(packed / "index.npz")
+        self.tokens = z["tokens"]
+        self.lengths = z["lengths"]
+        self.n_prompt = z["n_prompt"]
+        self.kinds = z["kinds"]
+        self.greedy = z["greedy"]
+        self.topk_ids = z["topk_ids"]
+        self.topk_logits = z["topk_logits"]
+        self.prompt_ids = z["prompt_ids"]
+        self.tok_off = np.concatenate([[0], np.cumsum(self.lengths)])
+        self.feat_off = np.concatenate([[0], np.cumsum(self.lengths - 1)])
+        resp = self.lengths - self.n_prompt
+        self.resp_off = np.concatenate([[0], np.cumsum(resp)])
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __getitem__(self, i: int) -> Sequence:
+        return Sequence(
+            index=i, kind=str(self.kinds[i]), greedy=bool(self.greedy[i]),
+            tokens=self.tokens[self.tok_off[i]:self.tok_off[i + 1]],
+            n_prompt=int(self.n_prompt[i]),
+            features=self.features[self.feat_off[i]:self.feat_off[i + 1]],
+            topk_ids=self.topk_ids[self.resp_off[i]:self.resp_off[i + 1]],
+            topk_logits=self.topk_logits[self.resp_off[i]:self.resp_off[i + 1]],
+        )
+
+    def response_token_counts(self, n_vocab: int) -> np.ndarray:
+        """How often each token id appears in responses (for the draft vocabulary)."""
+        counts = np.zeros(n_vocab, dtype=np.int64)
+        for i in range(len(self)):
+            t = self.tokens[self.tok_off[i] + self.n_prompt[i]:self.tok_off[i + 1]]
+            np.add.at(counts, t, 1)
+        return counts

@@ -1,0 +1,307 @@
+"""Training a DFlash drafter on self-distilled data (the published recipe,
+reference/dflash.md section 3, plus what a CPU budget needs).
+
+- Random anchors in each response, re-drawn every epoch; a block sees the
+  context strictly before its anchor and itself, never other blocks.
+- Loss on block positions k = 1..B-1 weighted exp(-(k-1)/gamma): cross
+  entropy on the target's tokens, plus (optional) KL to the target's own
+  top-K distribution at that position (soft labels over the draft vocabulary).
+- Block lengths vary (16, 8, 4) so the drafter works for the short drafts an
+  adaptive controller picks on a CPU, not only for full blocks.
+- AdamW, linear warm-up then cosine decay, gradient clipping; a checkpoint
+  per epoch (resumable), held-out loss and an acceptance estimate per epoch.
+- Initialisation: the drafter's layers start as copies of the target's last
+  layers, fc as the identity on the deepest tap, hidden_norm as that layer's
+  attn_norm: at step 0 the injected context K/V are the target's own.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from gguf_tools.distill.dataset import DistillData, Sequence
+from gguf_tools.distill.model import Drafter, DrafterConfig
+from gguf_tools.distill.target_weights import TargetWeights
+from gguf_tools.reader import read_gguf
+
+
+@dataclass
+class TrainConfig:
+    n_layer: int = 2
+    draft_vocab: int = 16384
+    block_size: int = 16
+    block_lengths: list[int] = field(default_factory=lambda: [16, 8, 4])
+    block_probs: list[float] = field(default_factory=lambda: [0.5, 0.3, 0.2])
+    anchors_per_seq: int = 24
+    seqs_per_step: int = 4
+    epochs: int = 3
+    lr: float = 4e-4
+    weight_decay: float = 0.01
+    warmup_frac: float = 0.04
+    grad_clip: float = 1.0
+    gamma: float = 7.0
+    kl_weight: float = 0.5
+    kl_temperature: float = 1.0
+    init_from_target: bool = True
+    holdout: int = 48
+    max_steps: int | None = None  # stop early (tests, time budgets)
+    seed: int = 0
+    threads: int = 0
+
+
+def bf16_to_tensor(bits: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(bits).view(np.int16)).view(torch.bfloat16).to(torch.float32)
+
+
+def choose_draft_vocab(data: DistillData, n_vocab: int, size: int, extra: list[int]) -> np.ndarray:
+    """The `size` most frequent response tokens (plus `extra`), sorted by id."""
+    counts = data.response_token_counts(n_vocab)
+    order = np.argsort(-counts, kind="stable")
+    keep = list(dict.fromkeys([*extra, *order[:size].tolist()]))[:size]
+    return np.array(sorted(keep), dtype=np.int64)
+
+
+def build_drafter(target: Path, data: DistillData, cfg: TrainConfig) -> Drafter:
+    info = read_gguf(target)
+    tw = TargetWeights(target)
+    n_embd = info.n_embd
+    n_head = int(info.arch_get("attention.head_count"))
+    n_kv = int(info.arch_get("attention.head_count_kv", n_head))
+    head_dim = int(info.arch_get("attention.key_length", n_embd // n_head))
+    gemma = info.arch.startswith("gemma")
+    mask_id = info.get("tokenizer.ggml.mask_token_id")
+    if mask_id is None:
+        tokens = info.get("tokenizer.ggml.tokens") or []
+        mask_id = tokens.index("<mask>") if "<mask>" in tokens else None
+    if mask_id is None:
+        raise ValueError(f"{target}: the vocabulary has no <mask> token to fill draft blocks with")
+    c = DrafterConfig(
+        n_embd=n_embd, n_layer=cfg.n_layer, n_head=n_head, n_head_kv=n_kv, head_dim=head_dim,
+        n_ff=int(info.arch_get("feed_forward_length")), target_layers=list(data.meta["tap_layers"]),
+        block_size=cfg.block_size, mask_token_id=int(mask_id), rms_eps=float(info.arch_get("attention.layer_norm_rms_epsilon", 1e-6)),
+        rope_base=float(info.arch_get("rope.freq_base", 10000.0)),
+        embedding_scale=math.sqrt(n_embd) if gemma else 1.0, activation="gelu" if gemma else "silu",
+        post_norms=gemma and tw.has("blk.0.post_attention_norm.weight"),
+        n_ctx=int(info.arch_get("context_length", 32768)))
+    tok = torch.from_numpy(tw.token_embd())
+    d2t = choose_draft_vocab(data, tok.shape[0], cfg.draft_vocab, [int(mask_id)])
+    head = torch.from_numpy(tw.output_head()[d2t])
+    model = Drafter(c, tok, head, torch.from_numpy(d2t))
+    if cfg.init_from_target:
+        init_from_target(model, tw, info.n_layer)
+    return model
+
+
+def init_from_target(model: Drafter, tw: TargetWeights, n_layer_target: int) -> None:
+    """Layers <- the target's last layers; fc <- identity on the deepest tap;
+    hidden_norm <- that layer's attn_norm; output_norm <- the target's."""
+    c = model.c
+    names = {"attn_norm": "attn_norm", "wq": "attn_q", "wk": "attn_k", "wv": "attn_v", "wo": "attn_output",
+             "q_norm": "attn_q_norm", "k_norm": "attn_k_norm", "ffn_norm": "ffn_norm", "gate": "ffn_gate",
+             "up": "ffn_up", "down": "ffn_down", "attn_post_norm": "post_attention_norm",
+             "ffn_post_norm": "post_ffw_norm"}
+    first = n_layer_target - c.n_layer
+    with torch.no_grad():
+        for i, layer in enumerate(model.layers):
+            for attr, gname in names.items():
+                mod = getattr(layer, attr)
+                if mod is None:
+                    continue
+                src = f"blk.{first + i}.{gname}.weight"
+                if tw.has(src):
+                    mod.weight.copy_(torch.from_numpy(tw.get(src)).reshape(mod.weight.shape))
+        deepest = max(range(len(c.target_layers)), key=lambda j: c.target_layers[j])
+        lid = c.target_layers[deepest]
+        model.fc.weight.zero_()
+        model.fc.weight[:, deepest * c.n_embd:(deepest + 1) * c.n_embd] = torch.eye(c.n_embd)
+        if lid < n_layer_target and tw.has(f"blk.{lid}.attn_norm.weight"):
+            model.hidden_norm.weight.copy_(torch.from_numpy(tw.get(f"blk.{lid}.attn_norm.weight")))
+        model.output_norm.weight.copy_(torch.from_numpy(tw.get("output_norm.weight")))
+
+
+def make_batch(seq: Sequence, model: Drafter, n_anchor: int, block: int, rng: np.random.Generator,
+               all_anchors: bool = False) -> dict | None:
+    """Anchors, block tokens, hard labels (draft ids, -100 = ignore) and soft-label rows."""
+    L = len(seq.tokens)
+    lo, hi = seq.n_prompt - 1, L - 2  # anchors: the last prompt token .. the second-to-last token
+    if hi < lo:
+        return None
+    cand = np.arange(lo, hi + 1)
+    anchors = cand if all_anchors or len(cand) <= n_anchor else np.sort(rng.choice(cand, n_anchor, replace=False))
+    toks = np.full((len(anchors), block), model.c.mask_token_id, dtype=np.int64)
+    toks[:, 0] = seq.tokens[anchors]
+    pos = anchors[:, None] + np.arange(1, block)[None, :]  # positions the block predicts
+    valid = pos <= L - 1
+    tgt = np.where(valid, seq.tokens[np.minimum(pos, L - 1)], 0)
+    labels = model.t2d[torch.from_numpy(tgt.astype(np.int64))].numpy()
+    labels = np.where(valid & (labels >= 0), labels, -100)
+    resp_row = np.where(valid, pos - seq.n_prompt, -1)  # topk row predicting that position
+    return {"anchors": torch.from_numpy(anchors.astype(np.int64)), "tokens": torch.from_numpy(toks),
+            "labels": torch.from_numpy(labels.astype(np.int64)), "resp_row": resp_row}
+
+
+def block_loss(model: Drafter, seq: Sequence, batch: dict, cfg: TrainConfig) -> tuple[torch.Tensor, dict]:
+    feats = bf16_to_tensor(seq.features)
+    logits = model(feats, batch["anchors"], batch["tokens"])[:, 1:, :]  # [N, B-1, V]
+    labels = batch["labels"]
+    b1 = labels.shape[1]
+    w = torch.exp(-torch.arange(b1, dtype=torch.float32) / cfg.gamma)[None, :].expand_as(labels)
+    mask = labels >= 0
+    logp = F.log_softmax(logits, dim=-1)
+    ce = -logp.gather(-1, labels.clamp(min=0)[..., None])[..., 0]
+    wsum = (w * mask).sum().clamp(min=1e-6)
+    loss_ce = (ce * w * mask).sum() / wsum
+    loss = loss_ce
+    loss_kl = torch.zeros(())
+    if cfg.kl_weight > 0:
+        rows = batch["resp_row"]
+        ok = rows >= 0
+        r = np.where(ok, rows, 0)
+        ids = torch.from_numpy(seq.topk_ids[r].astype(np.int64))  # [N, B-1, K]
+        tl = torch.from_numpy(seq.topk_logits[r].astype(np.float32)) / cfg.kl_temperature
+        did = model.t2d[ids]  # draft ids, -1 outside the draft vocabulary
+        inside = did >= 0
+        tl = tl.masked_fill(~inside, float("-inf"))
+        p_t = torch.softmax(tl, dim=-1).nan_to_num(0.0)
+        lp_d = logp.gather(-1, did.clamp(min=0))
+        kl_pos = -(p_t * lp_d).sum(-1) + (p_t * p_t.clamp(min=1e-12).log()).sum(-1)
+        m2 = torch.from_numpy(ok) & inside.any(-1)
+        loss_kl = (kl_pos * w * m2).sum() / (w * m2).sum().clamp(min=1e-6)
+        loss = loss + cfg.kl_weight * loss_kl
+    with torch.no_grad():
+        hit = (logits.argmax(-1) == labels) & mask
+    return loss, {"ce": float(loss_ce), "kl": float(loss_kl), "top1": float(hit.sum() / mask.sum().clamp(min=1))}
+
+
+@torch.no_grad()
+def evaluate(model: Drafter, data: DistillData, idx: list[int], cfg: TrainConfig) -> dict:
+    """Held-out loss, and the acceptance a greedy verifier would give: at
+    every response position of greedy sequences, draft a 16-block and count
+    the matching prefix (tau = 1 + accepted)."""
+    model.eval()
+    rng = np.random.default_rng(0)
+    losses, taus = [], []
+    acc_pos = np.zeros(cfg.block_size - 1)
+    n_pos = np.zeros(cfg.block_size - 1)
+    for i in idx:
+        seq = data[i]
+        b = make_batch(seq, model, 10_000, cfg.block_size, rng, all_anchors=True)
+        if b is None:
+            continue
+        loss, _ = block_loss(model, seq, b, cfg)
+        losses.append(float(loss))
+        if not seq.greedy:
+            continue
+        logits = model(bf16_to_tensor(seq.features), b["anchors"], b["tokens"])[:, 1:, :]
+        pred = logits.argmax(-1)
+        labels = b["labels"]
+        valid = b["resp_row"] >= 0
+        match = (pred == labels).numpy() & valid
+        run = np.cumprod(match, axis=1)
+        acc = run.sum(1)
+        taus.extend((1 + acc).tolist())
+        for k in range(cfg.block_size - 1):
+            reach = run[:, k - 1] if k > 0 else np.ones(len(acc), bool)
+            sel = reach.astype(bool) & valid[:, k]
+            n_pos[k] += sel.sum()
+            acc_pos[k] += (match[:, k] & sel).sum()
+    model.train()
+    return {"loss": float(np.mean(losses)) if losses else 0.0, "tau": float(np.mean(taus)) if taus else 0.0,
+            "accept_rate_by_pos": np.round(acc_pos / np.maximum(n_pos, 1), 4).tolist()}
+
+
+def train(model: Drafter, data: DistillData, cfg: TrainConfig, ckpt_dir: Path,
+          progress: Callable[[str], None] = print) -> dict:
+    """Train (resuming from ckpt_dir/last.pt if present); returns the history."""
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    rng = np.random.default_rng(cfg.seed)
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    order = np.random.default_rng(123).permutation(len(data))
+    held = sorted(order[:cfg.holdout].tolist())
+    train_idx = order[cfg.holdout:].tolist()
+    steps_per_epoch = math.ceil(len(train_idx) / cfg.seqs_per_step)
+    total = steps_per_epoch * cfg.epochs
+    if cfg.max_steps:
+        total = min(total, cfg.max_steps)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
+    warm = max(1, int(total * cfg.warmup_frac))
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / max(1, total)))))
+    state = {"step": 0, "epoch": 0, "history": []}
+    last = ckpt_dir / "last.pt"
+    if last.exists():
+        ck = torch.load(last, weights_only=False)
+        if not torch.equal(ck["model"]["d2t"], model.d2t):
+            raise ValueError(f"{last} was trained with another draft vocabulary (the data changed?): "
+                             f"use a new checkpoint folder")
+        model.load_state_dict(ck["model"])
+        opt.load_state_dict(ck["opt"])
+        sched.load_state_dict(ck["sched"])
+        state = ck["state"]
+        progress(f"resumed at step {state['step']} (epoch {state['epoch']})")
+    if state["epoch"] == 0 and state["step"] == 0:
+        ev = evaluate(model, data, held, cfg)
+        state["history"].append({"epoch": 0, "step": 0, **ev})
+        progress(f"before training: held-out loss {ev['loss']:.3f}, tau {ev['tau']:.3f}")
+    t0 = time.time()
+    while state["epoch"] < cfg.epochs and state["step"] < total:
+        ep = state["epoch"]
+        perm = np.random.default_rng(cfg.seed + ep).permutation(train_idx)
+        start = (state["step"] - ep * steps_per_epoch) * cfg.seqs_per_step
+        run = {"ce": 0.0, "kl": 0.0, "top1": 0.0, "n": 0}
+        for s0 in range(max(0, start), len(perm), cfg.seqs_per_step):
+            opt.zero_grad()
+            for i in perm[s0:s0 + cfg.seqs_per_step]:
+                seq = data[int(i)]
+                block = int(rng.choice(cfg.block_lengths, p=cfg.block_probs))
+                b = make_batch(seq, model, cfg.anchors_per_seq, block, rng)
+                if b is None:
+                    continue
+                loss, m = block_loss(model, seq, b, cfg)
+                (loss / cfg.seqs_per_step).backward()
+                for k in ("ce", "kl", "top1"):
+                    run[k] += m[k]
+                run["n"] += 1
+            torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+            opt.step()
+            sched.step()
+            state["step"] += 1
+            if state["step"] % 25 == 0 and run["n"]:
+                el = time.time() - t0
+                progress(f"epoch {ep + 1}/{cfg.epochs} step {state['step']}/{total} ce {run['ce'] / run['n']:.3f} "
+                         f"kl {run['kl'] / run['n']:.3f} top1 {run['top1'] / run['n']:.3f} "
+                         f"lr {sched.get_last_lr()[0]:.2e} {el / 60:.1f} min")
+                run = {"ce": 0.0, "kl": 0.0, "top1": 0.0, "n": 0}
+            if state["step"] % 200 == 0:
+                _save(last, model, opt, sched, state)
+            if state["step"] >= total:
+                break
+        else:
+            state["epoch"] += 1
+        ev = evaluate(model, data, held, cfg)
+        state["history"].append({"epoch": state["epoch"], "step": state["step"], "minutes": (time.time() - t0) / 60,
+                                 **ev})
+        progress(f"epoch {state['epoch']}: held-out loss {ev['loss']:.3f}, tau {ev['tau']:.3f}, "
+                 f"accept by pos {ev['accept_rate_by_pos'][:6]}")
+        _save(last, model, opt, sched, state)
+    (ckpt_dir / "history.json").write_text(json.dumps({"config": asdict(cfg), "history": state["history"]}, indent=2))
+    return state
+
+
+def _save(path: Path, model: Drafter, opt: torch.optim.Optimizer, sched: object, state: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(),
+                "state": state, "config": model.c.to_dict()}, tmp)
+    tmp.rename(path)
