@@ -17,8 +17,8 @@ from app.documents.retrieve import Hit, RetrievalResult, Retriever
 from app.engine.params import GenerationParams
 from app.engine.prompt_format import PLAIN_STOP, ChatMessage, format_for_model
 
-INSTRUCTIONS = ("Answer the question using only the sources below. Quote the exact words of the source "
-                "that answers it. If the sources do not answer it, say so.")
+# short on purpose: small base models follow "read, then answer" better than long rules
+INSTRUCTIONS = "Read the sources and answer the question from them."
 NO_SOURCES = "Nothing in the selected collections matches this question."
 _MARGIN_TOKENS = 8  # tokenizing pieces apart may differ by a token or two from the whole
 
@@ -93,8 +93,11 @@ def build_prompt(question: str, hits: Sequence[Hit], count_tokens: Callable[[str
         cost = count_tokens(source_block(src))
         if cost > room and not sources and truncate is not None and room > 32:
             # not even the best chunk fits: keep its beginning rather than nothing
-            src.text = truncate(src.text, room - count_tokens(source_block(Source.from_hit(1, hit, ""))))
-            cost = count_tokens(source_block(src))
+            keep = room - count_tokens(source_block(Source.from_hit(1, hit, "")))
+            while keep > 0 and cost > room:  # re-tokenizing a cut text can cost a token or two more
+                src.text = truncate(hit.chunk.text, keep)
+                cost = count_tokens(source_block(src))
+                keep -= max(1, cost - room)
         if cost <= room:
             sources.append(src)
             room -= cost
@@ -109,7 +112,7 @@ def _renderer(template: str | None) -> Callable[[str, str], str]:
     fmt = format_for_model(template)
     if fmt.is_plain:
         def render(sources: str, question: str) -> str:
-            system = f"{INSTRUCTIONS}\n\nSources:\n\n{sources}".rstrip()
+            system = f"{INSTRUCTIONS}\n\n{sources}".rstrip()
             return fmt.render([ChatMessage("system", system), ChatMessage("user", question)])
     else:
         # many templates refuse a system turn: everything goes in the user turn
