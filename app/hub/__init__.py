@@ -1,0 +1,1 @@
+"""Model catalog and Hugging Face downloads (huggingface_hub)."""
