@@ -109,7 +109,7 @@ def advise(plan: SplitPlan, target: ModelProfile, drafter: ModelProfile | None, 
         model = re.sub(r"#\d+$", "", card.name)
         extra = replace(card, name=f"{model}+", handle=None, description="hypothetical")
         more = replace(inv, gpus=(*inv.gpus, extra))
-        p = plan_split(target, drafter, more, replace(base, allow_partial=False))
+        p = plan_split(target, drafter, more, replace(base, allow_partial=False, split=None))
         if _full_fit(p):
             out.append(Advice("add_gpu", f"with one more {model} ({gib(card.memory_total)} GiB) everything fits "
                                          f"on the GPUs", {"gpu": f"{model}:{gib(card.memory_total)}GiB"}, True))
