@@ -28,16 +28,28 @@ class Baseline:
         return {"tokens_per_s": round(self.tokens_per_s, 3), "source": self.source, "n_tokens": self.n_tokens}
 
 
+# Calibration and the adaptive policy tokenize a code snippet; a toy vocabulary without byte-fallback
+# tokens (the tiny test models) makes llama.cpp's tokenizer throw and abort the process on it.
+_MIN_CALIBRATION_VOCAB = 256
+
+
+def calibration_usable(engine) -> bool:  # noqa: ANN001
+    """True when app.engine.calibration exists and can run on this engine's vocabulary."""
+    try:
+        import app.engine.calibration  # noqa: F401
+    except ModuleNotFoundError as e:
+        if (e.name or "").startswith("app.engine"):
+            return False
+        raise
+    return engine.target.n_vocab >= _MIN_CALIBRATION_VOCAB
+
+
 def measure_baseline(engine, prompt_text: str, n_tokens: int = 24) -> Baseline:  # noqa: ANN001 - an Engine
     """Plain tokens/s of `engine`'s target (calibration if available, else a short plain run of
     `prompt_text`, which should be a chat prompt in the model's format)."""
-    try:
+    if calibration_usable(engine):
         from app.engine.calibration import calibrate
-    except ModuleNotFoundError as e:
-        if not (e.name or "").startswith("app.engine"):
-            raise
-        calibrate = None
-    if calibrate is not None:
+
         tps = float(calibrate(engine).plain_tokens_per_s)
         if tps > 0:
             return Baseline(tps, SOURCE_CALIBRATION)

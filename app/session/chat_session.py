@@ -18,7 +18,7 @@ from app.engine.events import FINISH_CANCELLED
 from app.engine.prompt_format import ChatMessage, PromptFormat, format_for_model
 from app.engine.stats import GenerationStats
 from app.errors import FlashDeskError
-from app.session.baseline import BASELINE_REQUEST, Baseline, measure_baseline
+from app.session.baseline import BASELINE_REQUEST, Baseline, calibration_usable, measure_baseline
 from app.session.conversation_ops import ConversationError
 from app.session.settings import ChatSettings
 from app.session.summary import RateSeries, ReplySummary, RunningTotals, summarize
@@ -104,7 +104,8 @@ class ChatSession:
                 status = STATUS_STREAMING
                 if ev.finish_reason is not None:
                     status = STATUS_STOPPED if ev.finish_reason == FINISH_CANCELLED else STATUS_DONE
-                payload = {"generation": st.to_dict(history=ev.finish_reason is not None),
+                final = ev.finish_reason is not None
+                payload = {"generation": st.to_dict(history=True) if final else _light_stats(st),
                            "summary": summ.to_dict(), "tps_series": [round(x, 2) for x in series.points],
                            "finish_reason": ev.finish_reason, "prompt_format": self.format.name}
                 # persist first, then show: a crash after the yield loses nothing shown
@@ -123,7 +124,10 @@ class ChatSession:
 
 
 def adaptive_policy(engine):  # noqa: ANN001, ANN201
-    """The adaptive draft-length policy, or None while app.engine.adaptive does not exist yet."""
+    """The adaptive draft-length policy, or None where it cannot run (no module yet, a toy vocabulary):
+    the engine then drafts its full block."""
+    if not calibration_usable(engine):
+        return None
     try:
         from app.engine.adaptive import adaptive_policy_for
     except ModuleNotFoundError as e:
@@ -161,6 +165,16 @@ def _add_span(spans: list[list[int]], start: int, end: int) -> None:
         spans[-1][1] = end
     else:
         spans.append([start, end])
+
+
+def _light_stats(st: GenerationStats) -> dict:
+    """What to_dict() gives, without the per-step histories and asdict's deep copies: the
+    streaming path writes this every step, and to_dict's cost grows with the reply."""
+    d = {k: v for k, v in vars(st).items() if k not in ("k_history", "accepted_history")}
+    d["draft_by_pos"], d["accept_by_pos"] = list(st.draft_by_pos), list(st.accept_by_pos)
+    d.update(tau=st.tau, tau_spec=st.tau_spec, tokens_per_s=st.tokens_per_s, host_share=st.host_share,
+             acceptance_rate_by_pos=st.acceptance_rate_by_pos)
+    return d
 
 
 def _snapshot(st: GenerationStats) -> GenerationStats:

@@ -21,7 +21,7 @@ SCHEMA_VERSION = 1
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS conversations (
-    id INTEGER PRIMARY KEY,
+    id INTEGER PRIMARY KEY AUTOINCREMENT,  -- ids are never reused (a regenerated reply gets a new one)
     title TEXT NOT NULL,
     system_prompt TEXT NOT NULL DEFAULT '',
     overrides TEXT NOT NULL DEFAULT '{}',
@@ -29,7 +29,7 @@ CREATE TABLE IF NOT EXISTS conversations (
     updated_at REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS messages (
-    id INTEGER PRIMARY KEY,
+    id INTEGER PRIMARY KEY AUTOINCREMENT,  -- ids are never reused (a regenerated reply gets a new one)
     conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
     role TEXT NOT NULL,
     content TEXT NOT NULL DEFAULT '',

@@ -1,0 +1,206 @@
+"""The engine in a worker QObject on its own QThread (GPT4All's ChatLLM shape).
+
+The UI never touches the engine: it emits request signals (queued into the
+worker thread) and receives snapshots (ReplyUpdate, Baseline) through queued
+signals. Stop is a threading.Event per request, set directly from the UI
+thread, because the worker is busy inside the decode loop and only checks
+the event between steps.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from PySide6.QtCore import QObject, QThread, Signal, Slot
+
+from app.errors import FlashDeskError
+from app.session.models import ModelSpec
+from app.session.settings import ChatSettings
+
+
+@dataclass
+class ReplyRequest:
+    conversation_id: int
+    settings: ChatSettings
+    cancel: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass
+class LoadRequest:
+    spec: ModelSpec | None  # None: the bundled pair
+    cancel: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass
+class ModelInfo:
+    spec: ModelSpec
+    label: str
+    has_drafter: bool
+    block_size: int
+    prompt_format: str
+    n_ctx: int
+
+
+class EngineWorker(QObject):
+    """Lives in the worker thread; owns the Engine, the ChatSession and its own Store connection."""
+
+    loadProgress = Signal(str, float)  # stage ("target", "drafter", "baseline"), fraction 0..1
+    loaded = Signal(object)  # ModelInfo
+    loadFailed = Signal(str)
+    unloaded = Signal()
+    baselineReady = Signal(object)  # app.session.baseline.Baseline
+    replyUpdate = Signal(object)  # ReplyUpdate
+    replyFailed = Signal(int, str)  # conversation id, message
+    replyEnded = Signal(int)  # conversation id: always sent last, after an update, a failure or nothing
+    devicesFound = Signal(bool)  # a GPU is usable
+
+    def __init__(self, db_path: Path):
+        super().__init__()
+        self._db_path = db_path
+        self._store = None
+        self._engine = None
+        self._session = None
+
+    def _the_store(self):  # noqa: ANN202 - opened in the worker thread: sqlite connections stay in their thread
+        if self._store is None:
+            from app.store import Store
+
+            self._store = Store(self._db_path)
+        return self._store
+
+    @Slot()
+    def probe_devices(self) -> None:
+        from app.session.models import gpu_available
+
+        try:
+            self.devicesFound.emit(gpu_available())
+        except (OSError, FlashDeskError):
+            self.devicesFound.emit(False)
+
+    @Slot(object)
+    def load(self, req: LoadRequest) -> None:
+        from app.session.chat_session import ChatSession
+        from app.session.models import bundled_spec, load_engine
+        from gguf_tools.pair import check_pair
+
+        if req.cancel.is_set():  # superseded by a newer load before it started
+            return
+        try:
+            spec = req.spec or bundled_spec()
+            if spec.drafter:
+                # from the headers, before the loaded pair is given up: a mismatch keeps the old one working
+                check_pair(spec.target, spec.drafter).raise_if_bad()
+
+            def progress(stage: str, frac: float) -> bool:
+                self.loadProgress.emit(stage, float(frac))
+                return not req.cancel.is_set()
+
+            self._close_engine()
+            engine = load_engine(spec, progress)
+        except (FlashDeskError, OSError, ValueError) as e:
+            if not req.cancel.is_set():  # a superseded load's "cancelled" is no news to the user
+                self.loadFailed.emit(str(e))
+            return
+        self._engine = engine
+        self._session = ChatSession(engine, self._the_store())
+        self.loaded.emit(ModelInfo(spec, self._session.model_label, engine.has_drafter,
+                                   engine.block_size, self._session.format.name, engine.n_ctx))
+        self.loadProgress.emit("baseline", 0.0)
+        try:
+            self.baselineReady.emit(self._session.measure_baseline())
+        except FlashDeskError as e:
+            self.loadFailed.emit(f"measuring the plain-decoding baseline failed: {e}")
+        self.loadProgress.emit("baseline", 1.0)
+
+    @Slot()
+    def unload(self) -> None:
+        self._close_engine()
+        self.unloaded.emit()
+
+    @Slot(object)
+    def generate(self, req: ReplyRequest) -> None:
+        try:
+            if self._session is None:
+                raise FlashDeskError("no model is loaded: load one in the Model tab")
+            if req.cancel.is_set():
+                return
+            for update in self._session.reply(req.conversation_id, req.settings, req.cancel):
+                self.replyUpdate.emit(update)
+        except FlashDeskError as e:
+            self.replyFailed.emit(req.conversation_id, str(e))
+        except Exception as e:  # keep the app alive on any engine error; the message says what happened
+            self.replyFailed.emit(req.conversation_id, f"{type(e).__name__}: {e}")
+        finally:
+            self.replyEnded.emit(req.conversation_id)
+
+    @Slot()
+    def shutdown(self) -> None:
+        self._close_engine()
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+        QThread.currentThread().quit()
+
+    def _close_engine(self) -> None:
+        if self._engine is not None:
+            self._engine.close()
+        self._engine = None
+        self._session = None
+
+
+class EngineController(QObject):
+    """The UI thread's handle on the worker: request signals out, the worker's signals in."""
+
+    _loadRequested = Signal(object)
+    _unloadRequested = Signal()
+    _generateRequested = Signal(object)
+    _shutdownRequested = Signal()
+    _probeRequested = Signal()
+
+    def __init__(self, db_path: Path, parent: QObject | None = None):
+        super().__init__(parent)
+        self.thread = QThread()
+        self.thread.setObjectName("flashdesk-engine")
+        self.worker = EngineWorker(db_path)
+        self.worker.moveToThread(self.thread)
+        self._loadRequested.connect(self.worker.load)
+        self._unloadRequested.connect(self.worker.unload)
+        self._generateRequested.connect(self.worker.generate)
+        self._shutdownRequested.connect(self.worker.shutdown)
+        self._probeRequested.connect(self.worker.probe_devices)
+        self.current_reply: ReplyRequest | None = None
+        self.current_load: LoadRequest | None = None
+        self.thread.start()
+
+    def probe_devices(self) -> None:
+        self._probeRequested.emit()
+
+    def load(self, spec: ModelSpec | None) -> None:
+        if self.current_load is not None:
+            self.current_load.cancel.set()  # a newer choice wins over a load still running
+        self.current_load = LoadRequest(spec)
+        self._loadRequested.emit(self.current_load)
+
+    def unload(self) -> None:
+        self._unloadRequested.emit()
+
+    def generate(self, conv_id: int, settings: ChatSettings) -> ReplyRequest:
+        self.current_reply = ReplyRequest(conv_id, settings)
+        self._generateRequested.emit(self.current_reply)
+        return self.current_reply
+
+    def stop(self) -> None:
+        """Stop the running reply after the current step (also one not started yet)."""
+        if self.current_reply is not None:
+            self.current_reply.cancel.set()
+
+    def shutdown(self, timeout_ms: int = 30000) -> None:
+        """Stop everything, free the engine in its thread, and join the thread."""
+        self.stop()
+        if self.current_load is not None:
+            self.current_load.cancel.set()
+        if self.thread.isRunning():
+            self._shutdownRequested.emit()
+            self.thread.wait(timeout_ms)
