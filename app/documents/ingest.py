@@ -262,6 +262,8 @@ def _read_docx(path: Path) -> Document:
     if head == _OLE_MAGIC:
         # Word writes encrypted documents (and old .doc files) as OLE containers
         raise SkipFile(path, "password-protected (encrypted) or old-format Word document")
+    if not zipfile.is_zipfile(path):
+        raise SkipFile(path, "not a readable DOCX (not a ZIP package: damaged, or not really a .docx)")
     try:
         d = docx.Document(str(path))
     except (PackageNotFoundError, zipfile.BadZipFile, KeyError, ValueError) as e:
@@ -271,6 +273,8 @@ def _read_docx(path: Path) -> Document:
     from docx.table import Table
     from docx.text.paragraph import Paragraph
 
+    # style id -> name once: python-docx's per-paragraph `style` lookup scans all styles each time
+    style_names = {s.style_id: s.name or "" for s in d.styles}
     blocks: list[Block] = []
     n = 0
     for el in d.element.body.iterchildren():
@@ -281,8 +285,8 @@ def _read_docx(path: Path) -> Document:
             text = p.text.strip()
             if not text:
                 continue
-            style = (p.style.name if p.style is not None else "") or ""
-            kind = HEADING if style.startswith(("Heading", "Title")) else PROSE
+            style = style_names.get(el.style or "", "").lower()
+            kind = HEADING if style.startswith(("heading", "title")) else PROSE
             blocks.append(Block(text, None, n, n, kind))
         elif tag == "tbl":
             for row in Table(el, d).rows:
