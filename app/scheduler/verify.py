@@ -50,14 +50,16 @@ def actual_bytes(rows: list[tuple[str, int, int, int]], plan: SplitPlan) -> dict
     return out
 
 
-def measure(plan: SplitPlan, prompt: str, max_tokens: int, oracle: list[int] | None = None) -> dict:
+def measure(plan: SplitPlan, prompt: str, max_tokens: int, oracle: list[int] | None = None,
+            n_threads: int = 0) -> dict:
     """Load the plan, decode greedily with DFlash (drafts forced to `oracle` when given), measure."""
     from app.engine.dflash import Engine
     from app.engine.params import GenerationParams
     from app.scheduler.apply import engine_config
 
     t0 = time.perf_counter()
-    engine = Engine(plan.target.path, plan.drafter.path if plan.drafter else None, engine_config(plan))
+    engine = Engine(plan.target.path, plan.drafter.path if plan.drafter else None,
+                    engine_config(plan, n_threads=n_threads))
     load_s = time.perf_counter() - t0
     try:
         toks = engine.tokenize(prompt)
@@ -115,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompt", default="the quick brown fox")
     ap.add_argument("--max-tokens", type=int, default=24)
     ap.add_argument("--oracle", help="comma-separated tokens to force as drafts (exercises acceptance)")
+    ap.add_argument("--threads", type=int, default=1, help="host CPU threads (default 1)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
 
@@ -129,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
                           split=tuple(float(x) for x in args.split.split(",")) if args.split else None)
         plan = plan_split(Path(args.target), Path(args.drafter) if args.drafter else None, inv, req)
         oracle = [int(x) for x in args.oracle.split(",")] if args.oracle else None
-        result = {"plan": plan.to_dict(), **measure(plan, args.prompt, args.max_tokens, oracle)}
+        result = {"plan": plan.to_dict(), **measure(plan, args.prompt, args.max_tokens, oracle, args.threads)}
         result["error"] = {k: (result["actual"][k] - v) / v if v else None for k, v in result["predicted"].items()}
     finally:
         for s in servers:
