@@ -21,8 +21,11 @@ from gguf_tools.synth_hf import write_hf_target, write_zlab_checkpoint
 pytest.importorskip("transformers")  # the reference converter imports it
 pytest.importorskip("sentencepiece")
 
-SDIST = Path.home() / ".cache/flashdesk/native/sdist/llama_cpp_python-0.3.36.tar.gz"
-_TREE = "llama_cpp_python-0.3.36/vendor/llama.cpp/"
+from native import config as native_config
+
+_SDIST_NAME = f"llama_cpp_python-{native_config.LLAMA_CPP_PYTHON_VERSION}"
+SDIST = native_config.cache_root() / "sdist" / f"{_SDIST_NAME}.tar.gz"  # fetched by `make setup`
+_TREE = f"{_SDIST_NAME}/vendor/llama.cpp/"
 
 
 @pytest.fixture(scope="module")
