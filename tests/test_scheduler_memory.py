@@ -50,3 +50,15 @@ def test_gemma_cpu_plan_matches_llama_cpp(gemma_target: Path, gemma_random_draft
     predicted, actual, (plan, rows) = load_and_measure(gemma_target, gemma_random_drafter, n_ctx=4096)
     assert abs(actual["CPU"] - predicted["CPU"]) <= 0.10 * actual["CPU"], (predicted, actual, rows)
     assert sum(r[2] for r in rows) == plan.host.bytes.kv + plan.host.bytes.drafter_kv  # sliding-window cells too
+
+
+def test_auto_config_loads_on_this_machine(tiny_pair: tuple[Path, Path]) -> None:
+    from app.scheduler.apply import auto_config
+
+    plan, cfg = auto_config(*tiny_pair, n_ctx=512, n_threads=1)
+    assert plan.strategy == "cpu" and cfg.target_placement.main_gpu == -1 and cfg.n_threads == 1
+    e = Engine(*tiny_pair, cfg)
+    try:
+        assert e.target.device_names() == [] and e.n_ctx == 512
+    finally:
+        e.close()

@@ -52,3 +52,14 @@ def engine_config(plan: SplitPlan, allow_unfit: bool = False, **overrides: objec
     for k, v in overrides.items():
         setattr(cfg, k, v)
     return cfg
+
+
+def auto_config(target, drafter=None, n_ctx: int = 4096, kv_type: str = "f16",  # noqa: ANN001 - paths
+                split: tuple[float, ...] | None = None, **overrides: object):  # noqa: ANN201 - (SplitPlan, EngineConfig)
+    """Plan on this machine's devices and return (plan, EngineConfig) for Engine(target, drafter, config).
+    Raises PlanInputError (with the plan's problems) when nothing fits."""
+    from app.scheduler.inventory import detect_inventory
+    from app.scheduler.planner import PlanRequest, plan_split
+
+    plan = plan_split(target, drafter, detect_inventory(), PlanRequest(n_ctx=n_ctx, kv_type=kv_type, split=split))
+    return plan, engine_config(plan, **overrides)
