@@ -271,6 +271,9 @@ class _Planner:
         if sum(weights) <= 0:
             weights = [1.0] * k
         total = sum(cost)
+        if shares is None and total > sum(weights):
+            # it cannot fit: spread the overflow in proportion too, so every card reports its share of it
+            shares = weights
         counts, start = [], 0
         for j in range(k - 1):
             goal = total * weights[j] / sum(weights)
