@@ -18,7 +18,7 @@ Decisions, in order:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from app.scheduler import memory as mem
@@ -406,7 +406,3 @@ def plan_split(target: ModelProfile | str | Path, drafter: ModelProfile | str | 
         plan.advice = advise(plan, t, d, inventory, req)
     return plan
 
-
-def with_request(req: PlanRequest, **changes: object) -> PlanRequest:
-    """A copy of `req` with some fields changed (advice tries variants this way)."""
-    return replace(req, **changes)
