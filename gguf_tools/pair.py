@@ -88,18 +88,18 @@ def _check_tokenizer(t: GGUFInfo, d: GGUFInfo, add) -> None:  # noqa: ANN001 - l
     if not t.has("tokenizer.ggml.tokens"):
         add(PairCheck("tokenizer", False, "the target carries no tokenizer"))
         return
-    diffs = [k.removeprefix("tokenizer.ggml.") for k in _TOKENIZER_KEYS if t.get(k) != d.get(k)]
-    diffs += [k.removeprefix("tokenizer.ggml.") for k in _TOKENIZER_ARRAYS
-              if (t.has(k) or d.has(k)) and t.array_digest(k) != d.array_digest(k)]
-    if not diffs:
-        add(PairCheck("tokenizer", True, f"identical tokenizers ({t.get('tokenizer.ggml.model')}, "
-                                         f"same {tv} tokens)"))
-    elif tv == dv and "tokens" in diffs:
+    same_tokens = t.array_digest("tokenizer.ggml.tokens") == d.array_digest("tokenizer.ggml.tokens")
+    if not same_tokens:
         add(PairCheck("tokenizer", False, "same vocabulary size but different tokens: the drafter was made for "
-                                          "another tokenizer, so its drafts would be the wrong ids"))
-    else:
-        add(PairCheck("tokenizer", False, f"the tokenizers differ in {', '.join(diffs)}: the drafter was made "
-                                          f"for another tokenizer"))
+                                          "another tokenizer, so its drafts would be the wrong ids" if tv == dv else
+                      "different token lists: the drafter was made for another tokenizer"))
+        return
+    # drafts are token ids: identical token lists are what matters; the rest only informs
+    others = [k.removeprefix("tokenizer.ggml.") for k in _TOKENIZER_KEYS if t.get(k) != d.get(k)]
+    others += [k.removeprefix("tokenizer.ggml.") for k in _TOKENIZER_ARRAYS[1:]
+               if (t.has(k) or d.has(k)) and t.array_digest(k) != d.array_digest(k)]
+    note = (f" (the drafter's copy differs in {', '.join(others)}, which drafting does not use)" if others else "")
+    add(PairCheck("tokenizer", True, f"identical token lists ({tv} tokens, {t.get('tokenizer.ggml.model')})" + note))
 
 
 def check_pair(target: str | Path, drafter: str | Path,
