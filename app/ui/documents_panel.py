@@ -207,7 +207,10 @@ class DocumentsPanel(QWidget):
         self.files_view = QTableView()
         self.files_view.setModel(self.files_model)
         self.files_view.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.files_view.horizontalHeader().setSectionResizeMode(4, QHeaderView.ResizeMode.Stretch)
+        header = self.files_view.horizontalHeader()
+        for col in range(4):
+            header.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(4, QHeaderView.ResizeMode.Stretch)
         self.files_view.verticalHeader().hide()
         self.summary = QLabel()
         self.summary.setWordWrap(True)
@@ -224,6 +227,7 @@ class DocumentsPanel(QWidget):
         self.progress_bar = QProgressBar()
         self.progress_bar.setRange(0, 1000)
         self.progress_bar.setValue(0)
+        self.progress_bar.setTextVisible(False)  # no "0%" before the first run
         self.status = QLabel("idle")
         self.status.setWordWrap(True)
         self.cancel_button = QPushButton("Cancel")
@@ -299,6 +303,7 @@ class DocumentsPanel(QWidget):
         self._cancel = threading.Event()
         self.cancel_button.setEnabled(True)
         self.progress_bar.setValue(0)
+        self.progress_bar.setTextVisible(True)
         self.status.setText(f"scanning {self._running!r}…")
         self._refresh_timer.start()
         self.indexingStarted.emit(self._running)
