@@ -45,14 +45,17 @@ def calibration_usable(engine) -> bool:  # noqa: ANN001
 
 
 def measure_baseline(engine, prompt_text: str, n_tokens: int = 24) -> Baseline:  # noqa: ANN001 - an Engine
-    """Plain tokens/s of `engine`'s target (calibration if available, else a short plain run of
-    `prompt_text`, which should be a chat prompt in the model's format)."""
+    """Plain tokens/s of `engine`'s target: the calibration's when this pair has one cached (the
+    adaptive draft length calibrates on first use), else a short plain run of `prompt_text` (a chat
+    prompt in the model's format). A full calibration is not started here: it takes far longer than
+    the plain run on a CPU, and a user who never picks "auto" never needs it."""
     if calibration_usable(engine):
-        from app.engine.calibration import calibrate
+        from app.engine.calibration import cache_dir, cache_key, calibrate
 
-        tps = float(calibrate(engine).plain_tokens_per_s)
-        if tps > 0:
-            return Baseline(tps, SOURCE_CALIBRATION)
+        if (cache_dir() / f"{cache_key(engine)}.json").exists():
+            tps = float(calibrate(engine).plain_tokens_per_s)
+            if tps > 0:
+                return Baseline(tps, SOURCE_CALIBRATION)
     return measure_plain_run(engine, prompt_text, n_tokens)
 
 

@@ -16,8 +16,8 @@ from app.session.models import ModelSpec
 # fallback for the rest), so the tiny target gets a chat template that writes nothing else.
 TINY_TEMPLATE = ("{% for m in messages %}{{ m.role[0] }} {{ m.content }}\n{% endfor %}"
                  "{% if add_generation_prompt %}a {% endif %}")
-LOAD_TIMEOUT_MS = 120_000
-REPLY_TIMEOUT_MS = 120_000
+LOAD_TIMEOUT_MS = 300_000
+REPLY_TIMEOUT_MS = 300_000
 
 
 @pytest.fixture(scope="session")
