@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from app.engine.draft_policy import DraftPolicy, FixedDraftLength
+from app.engine.draft_policy import DraftPolicy, FixedDraftLength, StepTiming
 from app.engine.events import FINISH_CANCELLED, FINISH_LENGTH, FINISH_STOP, GenerationEvent
 from app.engine.llama_objects import (ContextConfig, EmbeddingBatch, LlamaContext, LlamaModel, ModelPlacement,
                                       TokenBatch)
@@ -201,7 +201,7 @@ class Engine:
                 room = min(params.max_tokens - n_out, self.n_ctx - n_past) - 1
                 k = max(0, min(policy.choose() if speculative else 0, self.block_size - 1, room))
                 t_step = time.perf_counter()
-                llama_before = st.t_llama_s
+                draft_before, verify_before = st.t_draft_s, st.t_verify_s
                 drafts = self._draft(anchor, n_past, k, st) if k > 0 else []
                 if draft_override is not None and k > 0:
                     drafts = [int(x) for x in draft_override(self._cached + [anchor], k)][:k]
@@ -215,7 +215,8 @@ class Engine:
                 t_now = time.perf_counter()
                 st.t_decode_s = t_now - t_loop
                 st.t_total_s = t_now - t_start
-                policy.observe(k, n_acc, t_now - t_step, st.t_llama_s - llama_before)
+                policy.observe(k, n_acc, StepTiming(st.t_draft_s - draft_before, st.t_verify_s - verify_before,
+                                                    t_now - t_step))
                 if on_step is not None:
                     on_step(k, n_acc)
                 eog = self.target.is_eog(anchor)

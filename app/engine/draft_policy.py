@@ -7,14 +7,22 @@ controller (app.engine.adaptive) picks k from measured costs.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
+
+
+@dataclass(frozen=True)
+class StepTiming:
+    draft_s: float  # drafter pass (0 when k = 0)
+    verify_s: float  # target pass over k+1 tokens, with readout
+    step_s: float  # the whole step
 
 
 class DraftPolicy(Protocol):
     def choose(self) -> int:
         """Draft length for the next step (0 = plain decoding)."""
 
-    def observe(self, k: int, accepted: int, t_step_s: float, t_llama_s: float) -> None:
+    def observe(self, k: int, accepted: int, timing: StepTiming) -> None:
         """What happened at the step that drafted k tokens."""
 
 
@@ -25,5 +33,5 @@ class FixedDraftLength:
     def choose(self) -> int:
         return self.k
 
-    def observe(self, k: int, accepted: int, t_step_s: float, t_llama_s: float) -> None:
+    def observe(self, k: int, accepted: int, timing: StepTiming) -> None:
         pass

@@ -1,0 +1,92 @@
+"""Adaptive draft length: each step, the k in 0..k_max that maximises expected
+tokens per second, from the measured cost model and a running estimate of
+per-position acceptance. k = 0 is plain decoding, so speculation is never
+chosen when it does not pay; while it does not pay, a short probe now and
+then refreshes the acceptance estimate (drafting resumes when text becomes
+predictable again). The choice is a pure function of the measurements: the
+same costs and the same observed steps give the same sequence of k.
+
+Acceptance model: p[j] = P(draft j+1 accepted | drafts 1..j accepted),
+estimated from decayed counts per position (only positions a step actually
+reached are updated), starting from an optimistic prior so that untried
+positions get tried. Expected tokens for k drafts: E(k) = 1 + sum_j prod p.
+Expected time: cost.step_time(k, E(k)). Rate = E(k) / time.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from app.engine.calibration import CostModel, calibrate, expected_tokens
+from app.engine.draft_policy import StepTiming
+
+
+class AdaptiveDraftLength:
+    def __init__(self, cost: CostModel, k_max: int, prior: float = 0.7, prior_weight: float = 2.0,
+                 decay: float = 0.9, probe_every: int = 8, probe_max_gap: int = 64, probe_k: int = 2,
+                 refresh_costs: bool = True):
+        self.cost = cost
+        self.k_max = max(0, min(k_max, len(cost.verify_s) - 2, len(cost.draft_s) - 1))
+        self.tried = np.full(self.k_max, prior_weight, dtype=np.float64)
+        self.acc = np.full(self.k_max, prior * prior_weight, dtype=np.float64)
+        self.decay = decay
+        self.probe_every = probe_every
+        self.probe_max_gap = probe_max_gap
+        self.probe_k = min(probe_k, self.k_max)
+        self.refresh_costs = refresh_costs
+        self._gap = probe_every
+        self._plain_streak = 0
+        self._probing = False
+        self.history: list[int] = []
+
+    @property
+    def acceptance(self) -> np.ndarray:
+        """Current estimate of p[j], j = 0..k_max-1."""
+        return np.clip(self.acc / np.maximum(self.tried, 1e-9), 0.0, 0.999)
+
+    def rates(self) -> list[float]:
+        """Expected tokens per second for each k = 0..k_max."""
+        p = self.acceptance
+        out = []
+        for k in range(self.k_max + 1):
+            e = expected_tokens(p, k)
+            out.append(e / self.cost.step_time(k, e))
+        return out
+
+    def best_k(self) -> int:
+        r = self.rates()
+        return int(np.argmax(r))  # ties go to the smaller k
+
+    def choose(self) -> int:
+        k = self.best_k()
+        self._probing = False
+        if k == 0 and self.k_max > 0:
+            self._plain_streak += 1
+            if self._plain_streak >= self._gap:
+                self._plain_streak = 0
+                self._probing = True
+                k = max(1, self.probe_k)
+        else:
+            self._plain_streak = 0
+        self.history.append(k)
+        return k
+
+    def observe(self, k: int, accepted: int, timing: StepTiming) -> None:
+        if k > 0:
+            reached = min(accepted + 1, k)
+            self.tried[:reached] = self.decay * self.tried[:reached] + 1.0
+            self.acc[:reached] = self.decay * self.acc[:reached]
+            self.acc[:accepted] += 1.0
+            if self._probing:
+                # a probe that found acceptances brings the next probe closer, a failed one pushes it away
+                self._gap = self.probe_every if accepted > 0 else min(self._gap * 2, self.probe_max_gap)
+        if self.refresh_costs:
+            self.cost.update(k, timing.draft_s, timing.verify_s)
+
+
+def adaptive_policy_for(engine, **kw) -> AdaptiveDraftLength:  # noqa: ANN001
+    """An adaptive policy with this engine's (cached) calibration."""
+    import copy
+
+    cost = copy.deepcopy(calibrate(engine))
+    return AdaptiveDraftLength(cost, engine.block_size - 1, **kw)
