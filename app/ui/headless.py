@@ -16,7 +16,7 @@ def has_display() -> bool:
     return any(os.environ.get(k) for k in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM"))
 
 
-def run_headless(out: TextIO = sys.stdout, prompt: str = HEADLESS_PROMPT, max_tokens: int = 48) -> int:
+def run_headless(out: TextIO = sys.stdout, prompt: str = HEADLESS_PROMPT, max_tokens: int = 32) -> int:
     """Stream one chat reply from the bundled pair through the same session the app uses."""
     from app.session.chat_session import ChatSession
     from app.session.conversation_ops import send_user_message

@@ -8,6 +8,7 @@ thread, which writes them to the store and sends snapshots back.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -140,15 +141,19 @@ class MainWindow(QMainWindow):
         self.tools_menu = self.menuBar().addMenu("&Tools")
         self._docks: dict[str, QDockWidget] = {}
         for mod_name, cls_name, text, kind in TOOL_HOOKS:
-            cls = _optional_class(mod_name, cls_name)
-            if cls is None:
+            # found now, imported on first use: a panel's dependencies must not delay the first window
+            if not _module_exists(mod_name):
                 continue
             act = QAction(text, self)
-            act.triggered.connect(lambda _=False, c=cls, k=kind, t=text: self._open_tool(c, k, t))
+            act.triggered.connect(lambda _=False, m=mod_name, c=cls_name, k=kind, t=text: self._open_tool(m, c, k, t))
             self.tools_menu.addAction(act)
         self.tools_menu.menuAction().setVisible(bool(self.tools_menu.actions()))
 
-    def _open_tool(self, cls: type, kind: str, title: str) -> None:
+    def _open_tool(self, mod_name: str, cls_name: str, kind: str, title: str) -> None:
+        cls = _optional_class(mod_name, cls_name)
+        if cls is None:
+            self.show_error(f"{title} is not available: {mod_name} could not be loaded (see the terminal)")
+            return
         if kind == "dialog":
             dlg = cls(self)
             dlg.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
@@ -421,6 +426,13 @@ class MainWindow(QMainWindow):
         self.store.set_setting(K_DRAFT_INPUT, self.input.toPlainText())
         self.controller.shutdown()
         self.store.close()
+
+
+def _module_exists(mod_name: str) -> bool:
+    try:
+        return importlib.util.find_spec(mod_name) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def _optional_class(mod_name: str, cls_name: str) -> type | None:

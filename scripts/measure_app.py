@@ -1,0 +1,134 @@
+"""Two numbers for the desktop app, printed as JSON:
+
+  time to first window   wall time from launching `flashdesk` to its window being shown
+                         (median of --runs launches, offscreen unless a DISPLAY is set)
+  UI overhead            tokens/s of a reply generated with the window open (worker thread,
+                         signals, per-step SQLite writes, Markdown rendering) against
+                         `flashdesk generate` on the same models, prompt and settings
+
+    python scripts/measure_app.py [--target T] [--drafter D] [--draft-max 4] [--max-tokens 64]
+
+Timings are only meaningful on a quiet machine (DESIGN.md: another job on the second core
+makes them worthless); the load average at the start and end is reported with them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+PROMPT = "Explain in a few sentences why the sky is blue."
+
+
+def time_to_first_window(runs: int) -> list[float]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    if not env.get("DISPLAY"):
+        env["QT_QPA_PLATFORM"] = "offscreen"
+    out = []
+    for _ in range(runs):
+        with tempfile.TemporaryDirectory() as d:
+            t0 = time.time()
+            p = subprocess.Popen([sys.executable, "-m", "app.cli", "--data-dir", d, "--report-startup",
+                                  "--quit-after", "0.3"], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                                 stderr=subprocess.DEVNULL, text=True)
+            shown = None
+            for line in p.stdout:
+                if line.startswith("first window shown at "):
+                    shown = float(line.split()[4])
+            p.wait(timeout=600)
+            if shown is None:
+                raise RuntimeError("the app did not report its first window")
+            out.append(shown - t0)
+    return out
+
+
+def ui_tokens_per_s(target: str, drafter: str | None, draft_max: int | None, max_tokens: int) -> dict:
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from PySide6.QtCore import QEventLoop
+    from PySide6.QtWidgets import QApplication
+
+    from app.session.models import ModelSpec
+    from app.store import Store
+    from app.ui.main_window import MainWindow
+
+    app = QApplication.instance() or QApplication([sys.argv[0]])
+    d = Path(tempfile.mkdtemp(prefix="flashdesk-measure-"))
+    s = Store(d / Store.FILENAME)
+    s.set_setting("generation", {"max_tokens": max_tokens, "draft_length": draft_max or 1,
+                                 "speculative": draft_max is not None and drafter is not None})
+    s.close()
+    win = MainWindow(d / Store.FILENAME, model=ModelSpec(target, drafter, n_ctx=2048))
+    win.show()
+
+    def wait(cond) -> None:  # noqa: ANN001
+        while not cond():
+            app.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 20)
+
+    wait(lambda: win.model_info is not None and not win.loading)
+    win.input.setPlainText(PROMPT)
+    win.send()
+    wait(lambda: win.busy_conv is None)
+    msg = win.store.messages(win.current_conv)[-1]
+    g = msg.stats["generation"]
+    win.shutdown()
+    win.deleteLater()
+    return {"tokens_per_s": g["tokens_per_s"], "n_generated": g["n_generated"], "text": msg.content}
+
+
+def cli_tokens_per_s(target: str, drafter: str | None, draft_max: int | None, max_tokens: int) -> dict:
+    cmd = [sys.executable, "-m", "app.cli", "generate", "--chat", "--json", "--prompt", PROMPT,
+           "--max-tokens", str(max_tokens), "--target", target, "--ctx", "2048"]
+    if drafter is None or draft_max is None:
+        cmd += ["--no-drafter"] if drafter is None else ["--drafter", drafter, "--no-spec"]
+    else:
+        cmd += ["--drafter", drafter, "--draft-max", str(draft_max)]
+    r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)},
+                       check=True)
+    j = json.loads(r.stdout.strip().splitlines()[-1])
+    return {"tokens_per_s": j["stats"]["tokens_per_s"], "n_generated": j["stats"]["n_generated"], "text": j["text"]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--target", help="default: the bundled target")
+    ap.add_argument("--drafter", help="default: the bundled drafter (none: plain decoding)")
+    ap.add_argument("--draft-max", type=int, default=None, help="fixed draft length (default: plain decoding)")
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--runs", type=int, default=3)
+    args = ap.parse_args()
+    from app.bundled import default_drafter, default_target
+
+    target = args.target or str(default_target())
+    drafter = args.drafter or (str(default_drafter()) if default_drafter() else None)
+    load0 = os.getloadavg()
+    first = time_to_first_window(args.runs)
+    ui, cli = [], []
+    for _ in range(args.runs):  # alternate, so a load change hits both alike
+        cli.append(cli_tokens_per_s(target, drafter, args.draft_max, args.max_tokens))
+        ui.append(ui_tokens_per_s(target, drafter, args.draft_max, args.max_tokens))
+    ui_tps = statistics.median(r["tokens_per_s"] for r in ui)
+    cli_tps = statistics.median(r["tokens_per_s"] for r in cli)
+    print(json.dumps({
+        "time_to_first_window_s": {"median": round(statistics.median(first), 3), "runs": [round(x, 3) for x in first]},
+        "target": target, "drafter": drafter, "draft_max": args.draft_max, "max_tokens": args.max_tokens,
+        "ui_tokens_per_s": {"median": round(ui_tps, 2), "runs": [round(r["tokens_per_s"], 2) for r in ui]},
+        "cli_tokens_per_s": {"median": round(cli_tps, 2), "runs": [round(r["tokens_per_s"], 2) for r in cli]},
+        "ui_over_cli_ratio": round(ui_tps / cli_tps, 3) if cli_tps else None,
+        "same_text": ui[0]["text"].strip() == cli[0]["text"].strip(),
+        "n_generated": [ui[0]["n_generated"], cli[0]["n_generated"]],
+        "loadavg_start_end": [round(load0[0], 2), round(os.getloadavg()[0], 2)],
+    }, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,35 @@
+"""`flashdesk` on a machine without a display: a clear message and a short generation, no crash."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.ui.headless import has_display
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_display_detection(monkeypatch: pytest.MonkeyPatch):
+    for k in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM"):
+        monkeypatch.delenv(k, raising=False)
+    assert has_display() is (not sys.platform.startswith("linux"))
+    monkeypatch.setenv("QT_QPA_PLATFORM", "offscreen")
+    assert has_display()
+
+
+@pytest.mark.gemma
+def test_flashdesk_without_a_display_runs_a_headless_generation(tmp_path: Path):
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")}
+    env["PYTHONPATH"] = str(REPO)
+    env["FLASHDESK_DATA_DIR"] = str(tmp_path)  # the demo must not touch the user's database either way
+    r = subprocess.run([sys.executable, "-m", "app.cli"], cwd=REPO, env=env, capture_output=True, text=True,
+                       timeout=900)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "no display found" in r.stdout
+    assert "Assistant:" in r.stdout and "tok/s" in r.stdout
+    assert not list(tmp_path.iterdir())

@@ -1,0 +1,45 @@
+"""The Tools menu: other issues' panels appear once their module exists, and open on demand."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from PySide6.QtWidgets import QDialog, QWidget
+
+import app.ui.main_window as mw
+
+
+@pytest.fixture
+def fake_panels(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
+    """Two real modules on sys.path standing in for panels of other issues, and one that is absent."""
+    pkg = tmp_path / "fd_panels"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "dlg.py").write_text("from PySide6.QtWidgets import QDialog\n"
+                                "class Dlg(QDialog):\n    pass\n")
+    (pkg / "dock.py").write_text("from PySide6.QtWidgets import QLabel\n"
+                                 "class Panel(QLabel):\n    def __init__(self, parent=None):\n"
+                                 "        super().__init__('panel', parent)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(mw, "TOOL_HOOKS", [("fd_panels.dlg", "Dlg", "Dialog tool", "dialog"),
+                                           ("fd_panels.dock", "Panel", "Dock tool", "dock"),
+                                           ("fd_panels.missing", "X", "Missing tool", "dialog")])
+    yield
+    for m in ("fd_panels", "fd_panels.dlg", "fd_panels.dock"):
+        sys.modules.pop(m, None)
+
+
+def test_tools_menu_lists_existing_panels_and_opens_them(qtbot, fake_panels, tmp_path: Path):
+    w = mw.MainWindow(tmp_path / "db.sqlite3", autoload=False)
+    qtbot.addWidget(w)
+    w.show()
+    actions = {a.text(): a for a in w.tools_menu.actions()}
+    assert set(actions) == {"Dialog tool", "Dock tool"}
+    actions["Dialog tool"].trigger()
+    assert any(isinstance(c, QDialog) and c.isVisible() for c in w.findChildren(QDialog))
+    actions["Dock tool"].trigger()
+    dock = w._docks["Dock tool"]
+    assert dock.isVisible() and isinstance(dock.widget(), QWidget) and dock.widget().text() == "panel"
+    w.shutdown()

@@ -1,0 +1,68 @@
+"""Pieces of the window on their own: Markdown rendering, the charts, the stats panel."""
+
+from __future__ import annotations
+
+from PySide6.QtGui import QColor, QImage
+
+from app.session.baseline import Baseline
+from app.session.summary import ReplySummary
+from app.ui.charts import BAR, AcceptanceChart, Sparkline
+from app.ui.markdown_view import render_drafted, render_markdown
+from app.ui.stats_panel import StatsPanel
+
+
+def test_markdown_escapes_html_and_highlights_code_with_a_copy_link():
+    r = render_markdown("**bold** <script>alert(1)</script>\n\n```python\ndef f():\n    return 1\n```\n")
+    assert "<strong>bold</strong>" in r.html and "<script>" not in r.html and "&lt;script&gt;" in r.html
+    assert r.code_blocks == ["def f():\n    return 1\n"]
+    assert 'href="copy:0"' in r.html and "font-weight: bold" in r.html  # `def` as a keyword
+
+
+def test_drafted_view_marks_exactly_the_drafted_spans():
+    r = render_drafted("ab<c>de", [[1, 3], [5, 7]])
+    assert r.html.count("background-color") == 2
+    assert ">b&lt;</span>" in r.html and ">de</span>" in r.html
+
+
+def _render(widget) -> QImage:  # noqa: ANN001
+    widget.resize(300, widget.sizeHint().height())
+    return widget.grab().toImage()
+
+
+def _count(img: QImage, colour: QColor) -> int:
+    return sum(1 for x in range(img.width()) for y in range(img.height()) if img.pixelColor(x, y) == colour)
+
+
+def test_acceptance_chart_bar_heights_follow_the_rates(qtbot):
+    c = AcceptanceChart()
+    qtbot.addWidget(c)
+    c.set_data([1.0] + [0.0] * 14, [5] + [0] * 14)
+    full = _count(_render(c), BAR)
+    c.set_data([0.5] + [0.0] * 14, [5] + [0] * 14)
+    half = _count(_render(c), BAR)
+    assert full > 0 and abs(half / full - 0.5) < 0.1
+
+
+def test_sparkline_draws_the_series(qtbot):
+    s = Sparkline()
+    qtbot.addWidget(s)
+    blank = _render(s)
+    s.set_data([10, 20, 15, 30], baseline=12.0)
+    assert _render(s) != blank
+
+
+def test_stats_panel_shows_the_numbers_it_is_given(qtbot):
+    p = StatsPanel()
+    qtbot.addWidget(p)
+    p.set_baseline(Baseline(40.0, "plain run"))
+    s = ReplySummary(tau=3.25, tokens_per_s=80.0, speedup=2.0, tau_running=3.0, tokens_per_s_running=70.0,
+                     speedup_running=1.75, baseline_tokens_per_s=40.0, baseline_source="plain run",
+                     t_draft_s=0.1, t_verify_s=0.3, t_inject_s=0.05, t_other_s=0.05, drafted=100, accepted=60,
+                     n_generated=90, acceptance_by_pos=[0.9, 0.7], drafts_by_pos=[40, 40])
+    p.show_summary(s, [50.0, 80.0], "Streaming…")
+    assert p.tau_label.text() == "3.25" and p.tau_running_label.text() == "3.00"
+    assert p.speedup_label.text().startswith("2.00× measured") and "1.75×" in p.speedup_label.text()
+    assert "40.0 tok/s" in p.baseline_label.text() and "plain run" in p.baseline_label.text()
+    assert p.counts_label.text().startswith("100 / 60 (60%)")
+    assert "verify 300 ms (60%)" in p.time_label.text()
+    assert p.acceptance_chart.rates == [0.9, 0.7]
