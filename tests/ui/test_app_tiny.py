@@ -212,3 +212,14 @@ def test_model_spec_round_trip():
     spec = ModelSpec("/m/t.gguf", None, 2048, "gpu")
     assert ModelSpec.from_dict(spec.to_dict()) == spec
     assert spec.label == "t.gguf"
+
+
+def test_unload_then_send_says_no_model_and_keeps_the_message(qtbot, open_window, tiny_spec, tmp_path: Path):
+    w = open_window(tmp_path / "db.sqlite3", tiny_spec, generation=SHORT)
+    qtbot.mouseClick(w.model_panel.unload_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: w.model_info is None, timeout=REPLY_TIMEOUT_MS)
+    assert w.model_status.text() == "no model loaded"
+    w.input.setPlainText("anyone")
+    QTest.keyClick(w.input, Qt.Key.Key_Return)
+    assert "no model is loaded" in w.banner.text()
+    assert [m.content for m in w.store.messages(w.current_conv)] == ["anyone"]

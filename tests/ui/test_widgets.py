@@ -66,3 +66,20 @@ def test_stats_panel_shows_the_numbers_it_is_given(qtbot):
     assert p.counts_label.text().startswith("100 / 60 (60%)")
     assert "verify 300 ms (60%)" in p.time_label.text()
     assert p.acceptance_chart.rates == [0.9, 0.7]
+
+
+def test_input_box_enter_sends_and_shift_enter_adds_a_line(qtbot):
+    from PySide6.QtCore import Qt
+
+    from app.ui.input_box import InputBox
+
+    box = InputBox()
+    qtbot.addWidget(box)
+    sent = []
+    box.submitted.connect(lambda: sent.append(box.toPlainText()))
+    qtbot.keyClicks(box, "one")
+    qtbot.keyClick(box, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
+    qtbot.keyClicks(box, "two")
+    assert sent == [] and box.toPlainText() == "one\ntwo"
+    qtbot.keyClick(box, Qt.Key.Key_Return)
+    assert sent == ["one\ntwo"]
