@@ -109,13 +109,13 @@ def test_max_tokens_stop_strings_and_eog(tiny_engine: Engine) -> None:
 def test_cancel_between_steps(tiny_engine: Engine) -> None:
     cancel = threading.Event()
     p = tiny_engine.tokenize(PROMPT)
-    n = 0
-    ev = None
+    events = []
     for ev in tiny_engine.generate(p, GenerationParams(max_tokens=200), cancel=cancel):
-        n += 1
-        if n == 3:
+        events.append(ev)
+        if len(events) == 3:
             cancel.set()
-    assert ev.finish_reason == FINISH_CANCELLED
+    n = len(events)
+    assert events[-1].finish_reason == FINISH_CANCELLED
     assert n == 4  # three steps, then the cancelled final event
     # the engine is usable afterwards
     out, _ = run(tiny_engine, p, GenerationParams(max_tokens=5))

@@ -27,8 +27,7 @@ import numpy as np
 
 from app.engine.draft_policy import DraftPolicy, FixedDraftLength, StepTiming
 from app.engine.events import FINISH_CANCELLED, FINISH_LENGTH, FINISH_STOP, GenerationEvent
-from app.engine.llama_objects import (ContextConfig, EmbeddingBatch, LlamaContext, LlamaModel, ModelPlacement,
-                                      TokenBatch)
+from app.engine.llama_objects import ContextConfig, EmbeddingBatch, LlamaContext, LlamaModel, ModelPlacement, TokenBatch
 from app.engine.params import GenerationParams
 from app.engine.sampling import TokenSampler
 from app.engine.stats import GenerationStats

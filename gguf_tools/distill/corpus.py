@@ -235,7 +235,7 @@ def build_corpus(n_code: int = 1200, n_chat: int = 800, seed: int = 0) -> list[C
         chat.append(("list", f"List {rng.choice(['three', 'five', 'seven'])} {t}."))
     for p in doc_paragraphs(rng, 300):
         chat.append(("summary", f"Summarize the following text in two sentences:\n{p}"))
-    for lang, (ex, li, ma) in _ML.items():
+    for ex, li, ma in _ML.values():
         for s in rng.sample(_SUBJECTS, 8):
             chat.append(("multilingual", ex.format(s=s)))
         for t in rng.sample(_LIST_THINGS, 4):

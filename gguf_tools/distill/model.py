@@ -64,7 +64,7 @@ class RMSNorm(nn.Module):
 def rope_neox(x: torch.Tensor, pos: torch.Tensor, base: float) -> torch.Tensor:
     """NeoX rotary embedding over the last dim: pairs (i, i + d/2). x: [..., T, H, D], pos: [..., T]."""
     d = x.shape[-1]
-    inv = base ** (-torch.arange(0, d // 2, dtype=torch.float32, device=x.device) * 2.0 / d)
+    inv = base ** (-torch.arange(0, d // 2, dtype=torch.float32, device=x.device) * 2.0 / d)  # theta_i
     ang = pos.to(torch.float32)[..., None] * inv  # [..., T, D/2]
     cos, sin = ang.cos()[..., None, :], ang.sin()[..., None, :]
     x1, x2 = x[..., : d // 2], x[..., d // 2:]
@@ -160,9 +160,9 @@ class Drafter(nn.Module):
         Returns draft-vocabulary logits [N, B, n_draft_vocab]; block n sees context < anchors[n]."""
         t = feats.shape[0]
         g = self.fuse(feats)
-        ctx_pos = torch.arange(t)
+        ctx_pos = torch.arange(t, device=feats.device)
         b = tokens.shape[1]
-        pos = anchors[:, None] + torch.arange(b)[None, :]
+        pos = anchors[:, None] + torch.arange(b, device=feats.device)[None, :]
         ctx_mask = ctx_pos[None, :] < anchors[:, None]
         h = self.tok_embd[tokens] * self.c.embedding_scale
         for layer in self.layers:

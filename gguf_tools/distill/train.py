@@ -56,6 +56,7 @@ class TrainConfig:
     max_steps: int | None = None  # stop early (tests, time budgets)
     seed: int = 0
     threads: int = 0
+    device: str = "cpu"  # torch device: cpu or cuda
 
 
 def bf16_to_tensor(bits: np.ndarray) -> torch.Tensor:
@@ -87,12 +88,13 @@ def build_drafter(target: Path, data: DistillData, cfg: TrainConfig) -> Drafter:
     c = DrafterConfig(
         n_embd=n_embd, n_layer=cfg.n_layer, n_head=n_head, n_head_kv=n_kv, head_dim=head_dim,
         n_ff=int(info.arch_get("feed_forward_length")), target_layers=list(data.meta["tap_layers"]),
-        block_size=cfg.block_size, mask_token_id=int(mask_id), rms_eps=float(info.arch_get("attention.layer_norm_rms_epsilon", 1e-6)),
+        block_size=cfg.block_size, mask_token_id=int(mask_id),
+        rms_eps=float(info.arch_get("attention.layer_norm_rms_epsilon", 1e-6)),
         rope_base=float(info.arch_get("rope.freq_base", 10000.0)),
         embedding_scale=math.sqrt(n_embd) if gemma else 1.0, activation="gelu" if gemma else "silu",
         post_norms=gemma and tw.has("blk.0.post_attention_norm.weight"),
         n_ctx=int(info.arch_get("context_length", 32768)))
-    tok = torch.from_numpy(tw.token_embd())
+    tok = torch.from_numpy(tw.token_embd().copy())
     d2t = choose_draft_vocab(data, tok.shape[0], cfg.draft_vocab, [int(mask_id)])
     head = torch.from_numpy(tw.output_head()[d2t])
     model = Drafter(c, tok, head, torch.from_numpy(d2t))
@@ -128,6 +130,12 @@ def init_from_target(model: Drafter, tw: TargetWeights, n_layer_target: int) -> 
         model.output_norm.weight.copy_(torch.from_numpy(tw.get("output_norm.weight")))
 
 
+def _t2d_cpu(model: Drafter) -> np.ndarray:
+    if not hasattr(model, "_t2d_np"):
+        model._t2d_np = model.t2d.cpu().numpy()
+    return model._t2d_np
+
+
 def make_batch(seq: Sequence, model: Drafter, n_anchor: int, block: int, rng: np.random.Generator,
                all_anchors: bool = False) -> dict | None:
     """Anchors, block tokens, hard labels (draft ids, -100 = ignore) and soft-label rows."""
@@ -142,7 +150,7 @@ def make_batch(seq: Sequence, model: Drafter, n_anchor: int, block: int, rng: np
     pos = anchors[:, None] + np.arange(1, block)[None, :]  # positions the block predicts
     valid = pos <= L - 1
     tgt = np.where(valid, seq.tokens[np.minimum(pos, L - 1)], 0)
-    labels = model.t2d[torch.from_numpy(tgt.astype(np.int64))].numpy()
+    labels = _t2d_cpu(model)[tgt.astype(np.int64)]
     labels = np.where(valid & (labels >= 0), labels, -100)
     resp_row = np.where(valid, pos - seq.n_prompt, -1)  # topk row predicting that position
     return {"anchors": torch.from_numpy(anchors.astype(np.int64)), "tokens": torch.from_numpy(toks),
@@ -150,11 +158,12 @@ def make_batch(seq: Sequence, model: Drafter, n_anchor: int, block: int, rng: np
 
 
 def block_loss(model: Drafter, seq: Sequence, batch: dict, cfg: TrainConfig) -> tuple[torch.Tensor, dict]:
-    feats = bf16_to_tensor(seq.features)
-    logits = model(feats, batch["anchors"], batch["tokens"])[:, 1:, :]  # [N, B-1, V]
-    labels = batch["labels"]
+    dev = model.d2t.device
+    feats = bf16_to_tensor(seq.features).to(dev)
+    logits = model(feats, batch["anchors"].to(dev), batch["tokens"].to(dev))[:, 1:, :]  # [N, B-1, V]
+    labels = batch["labels"].to(dev)
     b1 = labels.shape[1]
-    w = torch.exp(-torch.arange(b1, dtype=torch.float32) / cfg.gamma)[None, :].expand_as(labels)
+    w = torch.exp(-torch.arange(b1, dtype=torch.float32, device=dev) / cfg.gamma)[None, :].expand_as(labels)
     mask = labels >= 0
     logp = F.log_softmax(logits, dim=-1)
     ce = -logp.gather(-1, labels.clamp(min=0)[..., None])[..., 0]
@@ -166,20 +175,21 @@ def block_loss(model: Drafter, seq: Sequence, batch: dict, cfg: TrainConfig) -> 
         rows = batch["resp_row"]
         ok = rows >= 0
         r = np.where(ok, rows, 0)
-        ids = torch.from_numpy(seq.topk_ids[r].astype(np.int64))  # [N, B-1, K]
-        tl = torch.from_numpy(seq.topk_logits[r].astype(np.float32)) / cfg.kl_temperature
+        ids = torch.from_numpy(seq.topk_ids[r].astype(np.int64)).to(dev)  # [N, B-1, K]
+        tl = torch.from_numpy(seq.topk_logits[r].astype(np.float32)).to(dev) / cfg.kl_temperature
         did = model.t2d[ids]  # draft ids, -1 outside the draft vocabulary
         inside = did >= 0
         tl = tl.masked_fill(~inside, float("-inf"))
         p_t = torch.softmax(tl, dim=-1).nan_to_num(0.0)
         lp_d = logp.gather(-1, did.clamp(min=0))
         kl_pos = -(p_t * lp_d).sum(-1) + (p_t * p_t.clamp(min=1e-12).log()).sum(-1)
-        m2 = torch.from_numpy(ok) & inside.any(-1)
+        m2 = torch.from_numpy(ok).to(dev) & inside.any(-1)
         loss_kl = (kl_pos * w * m2).sum() / (w * m2).sum().clamp(min=1e-6)
         loss = loss + cfg.kl_weight * loss_kl
     with torch.no_grad():
         hit = (logits.argmax(-1) == labels) & mask
-    return loss, {"ce": float(loss_ce), "kl": float(loss_kl), "top1": float(hit.sum() / mask.sum().clamp(min=1))}
+    return loss, {"ce": float(loss_ce.detach()), "kl": float(loss_kl.detach()),
+                  "top1": float(hit.sum() / mask.sum().clamp(min=1))}
 
 
 @torch.no_grad()
@@ -201,8 +211,9 @@ def evaluate(model: Drafter, data: DistillData, idx: list[int], cfg: TrainConfig
         losses.append(float(loss))
         if not seq.greedy:
             continue
-        logits = model(bf16_to_tensor(seq.features), b["anchors"], b["tokens"])[:, 1:, :]
-        pred = logits.argmax(-1)
+        dev = model.d2t.device
+        logits = model(bf16_to_tensor(seq.features).to(dev), b["anchors"].to(dev), b["tokens"].to(dev))[:, 1:, :]
+        pred = logits.argmax(-1).cpu()
         labels = b["labels"]
         valid = b["resp_row"] >= 0
         match = (pred == labels).numpy() & valid
@@ -224,6 +235,7 @@ def train(model: Drafter, data: DistillData, cfg: TrainConfig, ckpt_dir: Path,
     """Train (resuming from ckpt_dir/last.pt if present); returns the history."""
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
+    model.to(cfg.device)
     torch.manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
     ckpt_dir.mkdir(parents=True, exist_ok=True)
@@ -242,7 +254,7 @@ def train(model: Drafter, data: DistillData, cfg: TrainConfig, ckpt_dir: Path,
     state = {"step": 0, "epoch": 0, "history": []}
     last = ckpt_dir / "last.pt"
     if last.exists():
-        ck = torch.load(last, weights_only=False)
+        ck = torch.load(last, weights_only=False, map_location=cfg.device)
         if not torch.equal(ck["model"]["d2t"], model.d2t):
             raise ValueError(f"{last} was trained with another draft vocabulary (the data changed?): "
                              f"use a new checkpoint folder")

