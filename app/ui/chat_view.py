@@ -256,6 +256,10 @@ class ChatView(QScrollArea):
     def _rebuild(self) -> None:
         for w in self.widgets:
             self._layout.removeWidget(w)
+            # hidden and unparented now: deleteLater waits for the main loop, and until then the old
+            # widget would still paint under the new one
+            w.hide()
+            w.setParent(None)
             w.deleteLater()
         self.widgets = []
         for m in self._model.messages():

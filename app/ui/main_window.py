@@ -321,17 +321,23 @@ class MainWindow(QMainWindow):
 
     # --- worker signals -------------------------------------------------------
     def _reply_update(self, u: ReplyUpdate) -> None:
+        if self._closed:  # a step queued before shutdown; the store is closed
+            return
         if u.conversation_id == self.current_conv:
             self.msg_model.apply_update(u.message_id, u.content, u.status, u.record, u.drafted_spans)
             state = "Streaming…" if u.finish_reason is None else f"Finished ({u.finish_reason})"
             self.stats_panel.show_summary(u.summary, u.tps_series, state)
 
     def _reply_failed(self, conv_id: int, message: str) -> None:
+        if self._closed:  # a step queued before shutdown; the store is closed
+            return
         self.show_error(message)
         if conv_id == self.current_conv:
             self.msg_model.reload()
 
     def _reply_ended(self, conv_id: int) -> None:
+        if self._closed:  # a step queued before shutdown; the store is closed
+            return
         self._set_busy(None)
         if conv_id == self.current_conv:
             self.chat_view.flush()
@@ -348,6 +354,8 @@ class MainWindow(QMainWindow):
         self.controller.unload()
 
     def _load_progress(self, stage: str, frac: float) -> None:
+        if self._closed:  # a step queued before shutdown; the store is closed
+            return
         self.model_panel.show_progress("measuring plain baseline" if stage == "baseline" else f"loading {stage}",
                                        frac)
         if stage == "baseline" and frac >= 1.0:
@@ -355,6 +363,8 @@ class MainWindow(QMainWindow):
             self.loading = False
 
     def _loaded(self, info: ModelInfo) -> None:
+        if self._closed:  # a step queued before shutdown; the store is closed
+            return
         self.model_info = info
         self.store.set_setting(K_MODEL, info.spec.to_dict())
         self.model_panel.show_spec(info.spec)
@@ -364,6 +374,8 @@ class MainWindow(QMainWindow):
         self.settings_panel.format_label.setText(f"prompt format: {info.prompt_format}")
 
     def _load_failed(self, message: str) -> None:
+        if self._closed:  # a step queued before shutdown; the store is closed
+            return
         self.loading = False
         self.model_panel.set_busy(False)
         self.model_panel.show_error(message)
@@ -372,11 +384,15 @@ class MainWindow(QMainWindow):
         self.model_status.setText(f"loaded: {self.model_info.label}" if self.model_info else "no model loaded")
 
     def _unloaded(self) -> None:
+        if self._closed:  # a step queued before shutdown; the store is closed
+            return
         self.model_info = None
         self.model_status.setText("no model loaded")
         self.model_panel.status_label.setText("no model loaded")
 
     def _baseline_ready(self, b) -> None:  # noqa: ANN001 - app.session.baseline.Baseline
+        if self._closed:  # a step queued before shutdown; the store is closed
+            return
         self.stats_panel.set_baseline(b)
 
     # --- settings -------------------------------------------------------------
