@@ -10,6 +10,7 @@ from PySide6.QtTest import QTest
 from app.session.models import ModelSpec
 from app.store import Store
 from app.store.records import STATUS_DONE, STATUS_STOPPED
+from app.ui.chat_view import MessageWidget
 from tests.ui.conftest import REPLY_TIMEOUT_MS, hold_after_first_update, send
 
 SHORT = {"max_tokens": 40}  # tiny random models ramble: keep replies short
@@ -89,6 +90,8 @@ def test_edit_and_resend_drops_later_messages(qtbot, open_window, tiny_spec, tmp
     send(qtbot, w, "first question")
     send(qtbot, w, "second question")
     assert len(w.store.messages(w.current_conv)) == 4
+    # a rebuilt transcript leaves no stale widget behind (deleteLater alone waits for the main loop)
+    assert len(w.chat_view._inner.findChildren(MessageWidget, options=Qt.FindChildOption.FindDirectChildrenOnly)) == 4
     first_user = w.chat_view.widgets[0]
     qtbot.mouseClick(first_user.edit_button, Qt.MouseButton.LeftButton)
     assert first_user.editor.isVisible()
