@@ -26,7 +26,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-PROMPT = "Explain in a few sentences why the sky is blue."
+PROMPT = "Tell me a story about a lighthouse keeper and a storm."
 
 
 def time_to_first_window(runs: int) -> list[float]:
@@ -51,7 +51,8 @@ def time_to_first_window(runs: int) -> list[float]:
     return out
 
 
-def ui_tokens_per_s(target: str, drafter: str | None, draft_max: int | None, max_tokens: int) -> dict:
+def ui_tokens_per_s(target: str, drafter: str | None, draft_max: int | None, max_tokens: int,
+                    threads: int) -> dict:
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     from PySide6.QtCore import QEventLoop
     from PySide6.QtWidgets import QApplication
@@ -66,7 +67,7 @@ def ui_tokens_per_s(target: str, drafter: str | None, draft_max: int | None, max
     s.set_setting("generation", {"max_tokens": max_tokens, "draft_length": draft_max or 1,
                                  "speculative": draft_max is not None and drafter is not None})
     s.close()
-    win = MainWindow(d / Store.FILENAME, model=ModelSpec(target, drafter, n_ctx=2048))
+    win = MainWindow(d / Store.FILENAME, model=ModelSpec(target, drafter, n_ctx=2048, n_threads=threads))
     win.show()
 
     def wait(cond) -> None:  # noqa: ANN001
@@ -84,9 +85,10 @@ def ui_tokens_per_s(target: str, drafter: str | None, draft_max: int | None, max
     return {"tokens_per_s": g["tokens_per_s"], "n_generated": g["n_generated"], "text": msg.content}
 
 
-def cli_tokens_per_s(target: str, drafter: str | None, draft_max: int | None, max_tokens: int) -> dict:
+def cli_tokens_per_s(target: str, drafter: str | None, draft_max: int | None, max_tokens: int,
+                     threads: int) -> dict:
     cmd = [sys.executable, "-m", "app.cli", "generate", "--chat", "--json", "--prompt", PROMPT,
-           "--max-tokens", str(max_tokens), "--target", target, "--ctx", "2048"]
+           "--max-tokens", str(max_tokens), "--target", target, "--ctx", "2048", "--threads", str(threads)]
     if drafter is None or draft_max is None:
         cmd += ["--no-drafter"] if drafter is None else ["--drafter", drafter, "--no-spec"]
     else:
@@ -104,6 +106,8 @@ def main() -> int:
     ap.add_argument("--draft-max", type=int, default=None, help="fixed draft length (default: plain decoding)")
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=0, help="llama.cpp threads (0: all cores; 1 is steadier "
+                    "on a machine shared with other jobs)")
     args = ap.parse_args()
     from app.bundled import default_drafter, default_target
 
@@ -113,13 +117,13 @@ def main() -> int:
     first = time_to_first_window(args.runs)
     ui, cli = [], []
     for _ in range(args.runs):  # alternate, so a load change hits both alike
-        cli.append(cli_tokens_per_s(target, drafter, args.draft_max, args.max_tokens))
-        ui.append(ui_tokens_per_s(target, drafter, args.draft_max, args.max_tokens))
+        cli.append(cli_tokens_per_s(target, drafter, args.draft_max, args.max_tokens, args.threads))
+        ui.append(ui_tokens_per_s(target, drafter, args.draft_max, args.max_tokens, args.threads))
     ui_tps = statistics.median(r["tokens_per_s"] for r in ui)
     cli_tps = statistics.median(r["tokens_per_s"] for r in cli)
     print(json.dumps({
         "time_to_first_window_s": {"median": round(statistics.median(first), 3), "runs": [round(x, 3) for x in first]},
-        "target": target, "drafter": drafter, "draft_max": args.draft_max, "max_tokens": args.max_tokens,
+        "target": target, "drafter": drafter, "threads": args.threads, "draft_max": args.draft_max, "max_tokens": args.max_tokens,
         "ui_tokens_per_s": {"median": round(ui_tps, 2), "runs": [round(r["tokens_per_s"], 2) for r in ui]},
         "cli_tokens_per_s": {"median": round(cli_tps, 2), "runs": [round(r["tokens_per_s"], 2) for r in cli]},
         "ui_over_cli_ratio": round(ui_tps / cli_tps, 3) if cli_tps else None,

@@ -348,7 +348,8 @@ class MainWindow(QMainWindow):
         self.model_panel.set_busy(True)
         self.model_panel.show_error("")
         self.model_status.setText("loading " + (spec.label if spec else "the bundled pair") + "…")
-        self.controller.load(spec)
+        auto = self.global_settings.adaptive and self.global_settings.speculative
+        self.controller.load(spec, calibrate=auto)
 
     def unload_model(self) -> None:
         self.controller.unload()
@@ -356,8 +357,9 @@ class MainWindow(QMainWindow):
     def _load_progress(self, stage: str, frac: float) -> None:
         if self._closed:  # a step queued before shutdown; the store is closed
             return
-        self.model_panel.show_progress("measuring plain baseline" if stage == "baseline" else f"loading {stage}",
-                                       frac)
+        label = {"baseline": "measuring plain baseline", "calibrating": "calibrating draft costs"}.get(
+            stage, f"loading {stage}")
+        self.model_panel.show_progress(label, frac)
         if stage == "baseline" and frac >= 1.0:
             self.model_panel.set_busy(False)
             self.loading = False

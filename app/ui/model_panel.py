@@ -116,7 +116,13 @@ class ModelPanel(QWidget):
             self.device_combo.setCurrentIndex(0)
 
     def show_progress(self, stage: str, fraction: float) -> None:
+        """fraction < 0: a stage of unknown length (a busy bar)."""
         self.progress.show()
+        if fraction < 0:
+            self.progress.setRange(0, 0)
+            self.progress.setFormat(stage)
+            return
+        self.progress.setRange(0, 100)
         self.progress.setValue(int(fraction * 100))
         self.progress.setFormat(f"{stage}: %p%")
 

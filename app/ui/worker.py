@@ -30,6 +30,7 @@ class ReplyRequest:
 @dataclass
 class LoadRequest:
     spec: ModelSpec | None  # None: the bundled pair
+    calibrate: bool = False  # measure the adaptive policy's costs now (draft length "auto" is in use)
     cancel: threading.Event = field(default_factory=threading.Event)
 
 
@@ -107,12 +108,29 @@ class EngineWorker(QObject):
         self._session = ChatSession(engine, self._the_store())
         self.loaded.emit(ModelInfo(spec, self._session.model_label, engine.has_drafter,
                                    engine.block_size, self._session.format.name, engine.n_ctx))
+        if req.calibrate and engine.has_drafter:
+            self._calibrate(engine)
         self.loadProgress.emit("baseline", 0.0)
         try:
             self.baselineReady.emit(self._session.measure_baseline())
         except FlashDeskError as e:
             self.loadFailed.emit(f"measuring the plain-decoding baseline failed: {e}")
         self.loadProgress.emit("baseline", 1.0)
+
+    def _calibrate(self, engine) -> None:  # noqa: ANN001
+        """Measure (or read from the on-disk cache) the cost model "auto" needs, while the user
+        watches the load progress, instead of silently at the first reply."""
+        from app.session.baseline import calibration_usable
+
+        if not calibration_usable(engine):
+            return
+        from app.engine.calibration import calibrate
+
+        self.loadProgress.emit("calibrating", -1.0)  # -1: no fraction known
+        try:
+            calibrate(engine)
+        except FlashDeskError as e:
+            self.loadFailed.emit(f"calibrating the draft-length costs failed: {e}")
 
     @Slot()
     def unload(self) -> None:
@@ -177,10 +195,10 @@ class EngineController(QObject):
     def probe_devices(self) -> None:
         self._probeRequested.emit()
 
-    def load(self, spec: ModelSpec | None) -> None:
+    def load(self, spec: ModelSpec | None, calibrate: bool = False) -> None:
         if self.current_load is not None:
             self.current_load.cancel.set()  # a newer choice wins over a load still running
-        self.current_load = LoadRequest(spec)
+        self.current_load = LoadRequest(spec, calibrate)
         self._loadRequested.emit(self.current_load)
 
     def unload(self) -> None:
