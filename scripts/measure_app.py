@@ -123,7 +123,8 @@ def main() -> int:
     cli_tps = statistics.median(r["tokens_per_s"] for r in cli)
     print(json.dumps({
         "time_to_first_window_s": {"median": round(statistics.median(first), 3), "runs": [round(x, 3) for x in first]},
-        "target": target, "drafter": drafter, "threads": args.threads, "draft_max": args.draft_max, "max_tokens": args.max_tokens,
+        "target": target, "drafter": drafter, "threads": args.threads, "draft_max": args.draft_max,
+        "max_tokens": args.max_tokens,
         "ui_tokens_per_s": {"median": round(ui_tps, 2), "runs": [round(r["tokens_per_s"], 2) for r in ui]},
         "cli_tokens_per_s": {"median": round(cli_tps, 2), "runs": [round(r["tokens_per_s"], 2) for r in cli]},
         "ui_over_cli_ratio": round(ui_tps / cli_tps, 3) if cli_tps else None,
