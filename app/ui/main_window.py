@@ -157,6 +157,8 @@ class MainWindow(QMainWindow):
         if kind == "dialog":
             dlg = cls(self)
             dlg.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+            if hasattr(dlg, "installed"):  # the model manager: a downloaded pair is offered in the Model tab
+                dlg.installed.connect(self._model_installed)
             dlg.show()
             return
         dock = self._docks.get(title)
@@ -353,6 +355,12 @@ class MainWindow(QMainWindow):
 
     def unload_model(self) -> None:
         self.controller.unload()
+
+    def _model_installed(self, entry_id: str, target: str, drafter: str) -> None:
+        self.model_panel.target_edit.setText(target)
+        self.model_panel.drafter_edit.setText(drafter or "")
+        self.model_panel.status_label.setText(f"downloaded {entry_id}: press Load to use it")
+        self.tabs.setCurrentWidget(self.model_panel)
 
     def _load_progress(self, stage: str, frac: float) -> None:
         if self._closed:  # a step queued before shutdown; the store is closed

@@ -17,8 +17,8 @@ def fake_panels(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN20
     pkg = tmp_path / "fd_panels"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
-    (pkg / "dlg.py").write_text("from PySide6.QtWidgets import QDialog\n"
-                                "class Dlg(QDialog):\n    pass\n")
+    (pkg / "dlg.py").write_text("from PySide6.QtCore import Signal\nfrom PySide6.QtWidgets import QDialog\n"
+                                "class Dlg(QDialog):\n    installed = Signal(str, str, str)\n")
     (pkg / "dock.py").write_text("from PySide6.QtWidgets import QLabel\n"
                                  "class Panel(QLabel):\n    def __init__(self, parent=None):\n"
                                  "        super().__init__('panel', parent)\n")
@@ -38,7 +38,10 @@ def test_tools_menu_lists_existing_panels_and_opens_them(qtbot, fake_panels, tmp
     actions = {a.text(): a for a in w.tools_menu.actions()}
     assert set(actions) == {"Dialog tool", "Dock tool"}
     actions["Dialog tool"].trigger()
-    assert any(isinstance(c, QDialog) and c.isVisible() for c in w.findChildren(QDialog))
+    dlg = next(c for c in w.findChildren(QDialog) if c.isVisible())
+    dlg.installed.emit("qwen3-8b", "/models/t.gguf", "/models/d.gguf")  # a pair the manager downloaded
+    assert w.model_panel.spec().target == "/models/t.gguf" and w.model_panel.spec().drafter == "/models/d.gguf"
+    assert w.tabs.currentWidget() is w.model_panel
     actions["Dock tool"].trigger()
     dock = w._docks["Dock tool"]
     assert dock.isVisible() and isinstance(dock.widget(), QWidget) and dock.widget().text() == "panel"
