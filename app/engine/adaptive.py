@@ -8,8 +8,11 @@ same costs and the same observed steps give the same sequence of k.
 
 Acceptance model: p[j] = P(draft j+1 accepted | drafts 1..j accepted),
 estimated from decayed counts per position (only positions a step actually
-reached are updated), starting from an optimistic prior so that untried
-positions get tried. Expected tokens for k drafts: E(k) = 1 + sum_j prod p.
+reached are updated), smoothed toward the estimate of the position before
+it (a few pseudo-counts): a position never reached yet is assumed to behave
+like its predecessor, so runs of full acceptance extend the draft and a
+drafter that fails at position 1 is not tried deeper. Expected tokens for k
+drafts: E(k) = 1 + sum_j prod p.
 Expected time: cost.step_time(k, E(k)). Rate = E(k) / time.
 """
 
@@ -27,8 +30,10 @@ class AdaptiveDraftLength:
                  refresh_costs: bool = True):
         self.cost = cost
         self.k_max = max(0, min(k_max, len(cost.verify_s) - 2, len(cost.draft_s) - 1))
-        self.tried = np.full(self.k_max, prior_weight, dtype=np.float64)
-        self.acc = np.full(self.k_max, prior * prior_weight, dtype=np.float64)
+        self.prior = prior
+        self.prior_weight = prior_weight
+        self.tried = np.zeros(self.k_max, dtype=np.float64)
+        self.acc = np.zeros(self.k_max, dtype=np.float64)
         self.decay = decay
         self.probe_every = probe_every
         self.probe_max_gap = probe_max_gap
@@ -42,7 +47,12 @@ class AdaptiveDraftLength:
     @property
     def acceptance(self) -> np.ndarray:
         """Current estimate of p[j], j = 0..k_max-1."""
-        return np.clip(self.acc / np.maximum(self.tried, 1e-9), 0.0, 0.999)
+        p = np.empty(self.k_max)
+        q = self.prior
+        for j in range(self.k_max):
+            q = (self.acc[j] + self.prior_weight * q) / (self.tried[j] + self.prior_weight)
+            p[j] = q
+        return np.clip(p, 0.0, 0.999)
 
     def rates(self) -> list[float]:
         """Expected tokens per second for each k = 0..k_max."""

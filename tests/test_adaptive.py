@@ -1,0 +1,125 @@
+"""The adaptive draft-length controller: k = 0 when drafts are never accepted,
+a long k when they always are, deterministic, and never lossy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from app.engine.adaptive import AdaptiveDraftLength, adaptive_policy_for
+from app.engine.calibration import CostModel, calibrate, expected_tokens
+from app.engine.dflash import Engine, EngineConfig
+from app.engine.draft_policy import StepTiming
+from app.engine.params import GenerationParams
+
+# the CPU cost curve measured on Gemma 3 270M (DESIGN.md): verify of n tokens relative to n = 1
+CPU_CURVE = [1.0, 1.37, 1.7, 2.0, 2.4, 2.8, 3.2, 3.7, 3.9, 4.1, 4.3, 4.5, 4.7, 4.8, 5.0, 5.1]
+
+
+def cpu_costs(draft_ms: float = 5.0) -> CostModel:
+    return CostModel(verify_s=[0.0] + [0.021 * r for r in CPU_CURVE], draft_s=[0.0] + [draft_ms / 1e3] * 15,
+                     inject_s=0.0005)
+
+
+def replay(policy: AdaptiveDraftLength, accept: callable, steps: int) -> list[int]:  # noqa: ANN001
+    ks = []
+    for _ in range(steps):
+        k = policy.choose()
+        ks.append(k)
+        policy.observe(k, accept(k), StepTiming(0.0, 0.0, 0.0))
+    return ks
+
+
+def test_picks_plain_decoding_when_drafts_never_pass() -> None:
+    ks = replay(AdaptiveDraftLength(cpu_costs(), 15, refresh_costs=False), lambda k: 0, 200)
+    assert ks[-100:].count(0) >= 95  # plain decoding, with rare probes
+    assert any(k > 0 for k in ks[50:])  # still probing now and then
+
+
+def test_picks_a_long_draft_when_drafts_always_pass() -> None:
+    ks = replay(AdaptiveDraftLength(cpu_costs(), 15, refresh_costs=False), lambda k: k, 200)
+    assert min(ks[-50:]) >= 10
+
+
+def test_resumes_drafting_when_text_becomes_predictable() -> None:
+    p = AdaptiveDraftLength(cpu_costs(), 15, refresh_costs=False)
+    replay(p, lambda k: 0, 150)
+    assert p.best_k() == 0
+    ks = replay(p, lambda k: k, 150)
+    assert min(ks[-30:]) >= 8
+
+
+def test_choice_is_deterministic_given_the_same_measurements() -> None:
+    rng = np.random.default_rng(0)
+    outcomes = rng.integers(0, 16, size=300)
+    runs = []
+    for _ in range(2):
+        p = AdaptiveDraftLength(cpu_costs(), 15)
+        it = iter(outcomes.tolist())
+        ks = []
+        for _ in range(300):
+            k = p.choose()
+            ks.append(k)
+            p.observe(k, min(k, next(it)), StepTiming(0.004, 0.03, 0.035))
+        runs.append(ks)
+    assert runs[0] == runs[1]
+
+
+def test_expected_tokens_and_rates_follow_the_model() -> None:
+    assert expected_tokens(np.array([0.5, 0.5]), 2) == pytest.approx(1.75)
+    p = AdaptiveDraftLength(cpu_costs(), 15, prior=0.99, refresh_costs=False)
+    r = p.rates()
+    assert r[0] == pytest.approx(1 / (0.021 + 0.0005), rel=1e-6)
+    assert np.argmax(r) > 5  # near-certain acceptance pays for long drafts even on a CPU curve
+
+
+def _generate(e: Engine, prompt: list[int], params: GenerationParams, **kw) -> tuple[list[int], object]:
+    out, ev = [], None
+    for ev in e.generate(prompt, params, **kw):
+        out += ev.tokens
+    return out, ev
+
+
+@pytest.mark.parametrize("always", [True, False])
+def test_forced_drafts_on_the_tiny_pair(tiny_pair: tuple[Path, Path], always: bool) -> None:
+    e = Engine(*tiny_pair, EngineConfig(n_ctx=512))
+    prompt = e.tokenize("the cat sat on the mat")
+    plain, _ = _generate(e, prompt, GenerationParams(max_tokens=150, speculative=False))
+
+    def forced(hist: list[int], k: int) -> list[int]:
+        i = len(hist) - len(prompt)
+        d = plain[i:i + k]
+        return d if always else [(t + 1) % 64 for t in d]
+
+    # a cost model where drafting is cheap relative to verification, as on a GPU
+    cost = CostModel(verify_s=[0.0] + [0.01 * (1 + 0.05 * n) for n in range(16)], draft_s=[0.0] + [0.002] * 15,
+                     inject_s=0.0001)
+    policy = AdaptiveDraftLength(cost, e.block_size - 1, refresh_costs=False)
+    out, ev = _generate(e, prompt, GenerationParams(max_tokens=150), policy=policy, draft_override=forced)
+    assert out == plain  # identical whatever k is chosen
+    ks = ev.stats.k_history
+    if always:
+        assert np.mean(ks[-10:]) >= e.block_size - 2
+    else:
+        assert ks[-40:].count(0) >= 34
+    e.close()
+
+
+def test_calibration_is_cached(tiny_pair: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import app.engine.calibration as calibration
+
+    monkeypatch.setattr(calibration, "cache_dir", lambda: tmp_path / "flashdesk" / "calibration")
+    e = Engine(*tiny_pair, EngineConfig(n_ctx=512))
+    a = calibrate(e)
+    assert len(a.verify_s) == 17 and all(v > 0 for v in a.verify_s[1:])
+    assert all(d > 0 for d in a.draft_s[1:])
+    assert a.plain_tokens_per_s > 0
+    files = list((tmp_path / "flashdesk" / "calibration").glob("*.json"))
+    assert len(files) == 1
+    b = calibrate(e)
+    assert b.verify_s == a.verify_s  # read back, not measured again
+    pol = adaptive_policy_for(e)
+    assert pol.k_max == e.block_size - 1
+    e.close()

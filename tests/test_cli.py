@@ -1,0 +1,89 @@
+"""The `flashdesk` command: generate, bench and doctor print JSON a script can use."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from app.cli import main
+
+
+def test_generate_json_on_tiny_pair(tiny_pair: tuple[Path, Path], capsys: pytest.CaptureFixture) -> None:
+    t, d = tiny_pair
+    assert main(["generate", "--target", str(t), "--drafter", str(d), "--prompt", "the cat sat on",
+                 "--max-tokens", "20", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) >= {"text", "prompt_tokens", "tokens", "stats"}
+    assert len(out["tokens"]) == 20 and out["speculative"] is True
+    st = out["stats"]
+    for k in ("steps", "drafted", "accepted", "tau", "accept_by_pos", "t_draft_s", "t_verify_s", "t_total_s",
+              "tokens_per_s"):
+        assert k in st
+    assert len(st["accept_by_pos"]) == 7  # block size 8
+    assert main(["generate", "--target", str(t), "--drafter", str(d), "--prompt", "the cat sat on",
+                 "--max-tokens", "20", "--json", "--no-spec"]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert plain["tokens"] == out["tokens"] and plain["stats"]["drafted"] == 0 and plain["speculative"] is False
+
+
+def test_generate_reports_a_truncated_drafter_clearly(tiny_pair: tuple[Path, Path],
+                                                      capsys: pytest.CaptureFixture) -> None:
+    bad = tiny_pair[1].parent / "truncated.gguf"
+    bad.write_bytes(tiny_pair[1].read_bytes()[:5000])
+    assert main(["generate", "--target", str(tiny_pair[0]), "--drafter", str(bad), "--prompt", "the"]) == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and "truncated" in err
+
+
+@pytest.mark.gemma
+def test_bench_on_gemma_with_a_synthetic_drafter_is_lossless(gemma_target: Path, gemma_random_drafter: Path,
+                                                             tmp_path: Path) -> None:
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(
+        json.dumps({"id": "code", "prompt": "def add(a, b):\n    \"\"\"Add two numbers.\"\"\"\n", "format": "raw",
+                    "category": "code"}) + "\n"
+        + json.dumps({"id": "chat", "prompt": "What is the capital of France?", "category": "chat"}) + "\n")
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--target", str(gemma_target), "--drafter", str(gemma_random_drafter), "--prompts",
+                 str(prompts), "--max-tokens", "16", "--draft-max", "3", "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert [r["id"] for r in res["prompts"]] == ["code", "chat"]
+    for r in res["prompts"]:
+        f = r["modes"]["fixed"]
+        assert f["lossless"] is True and f["hard_mismatches"] == []
+        assert {"speedup", "tau", "identical", "near_ties", "tokens_per_s"} <= set(f)
+        assert r["modes"]["plain"]["tokens_per_s"] > 0
+    s = res["summary"]
+    assert set(s["by_category"]) == {"code", "chat"}
+    assert s["overall"]["fixed"]["lossless"] is True
+
+
+def test_doctor_json() -> None:
+    res = subprocess.run([sys.executable, "-m", "app.cli", "doctor", "--json"], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr
+    rep = json.loads(res.stdout)
+    assert rep["variant"] == "cpu" and rep["llama_cpp_python"] == "0.3.36"
+    assert len(rep["patch_hash"]) == 64
+    assert "gemma3" in rep["tap_architectures"]
+    assert rep["devices"] and rep["devices"][0]["type"] == "cpu" and rep["devices"][0]["memory_total"] > 0
+
+
+def test_native_build_is_cached() -> None:
+    """A second `make setup` finds the build by its key and returns at once."""
+    from native import config
+
+    t0 = time.time()
+    res = subprocess.run([sys.executable, "-m", "native.build"], capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).resolve().parent.parent)
+    assert res.returncode == 0, res.stderr
+    assert "cached" in res.stdout
+    assert time.time() - t0 < 30
+    key = config.build_key("cpu")
+    assert key.startswith("0.3.36-cpu-") and (config.build_dir("cpu") / "build_info.json").exists()
+    assert config.build_key("cpu") != config.build_key("cuda")
