@@ -26,7 +26,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-PROMPT = "Tell me a story about a lighthouse keeper and a storm."
+PROMPT = "List ten fruits, one per line."  # the base model keeps going: a full max-tokens reply
 
 
 def time_to_first_window(runs: int) -> list[float]:
@@ -54,7 +54,7 @@ def time_to_first_window(runs: int) -> list[float]:
 def ui_tokens_per_s(target: str, drafter: str | None, draft_max: int | None, max_tokens: int,
                     threads: int) -> dict:
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    from PySide6.QtCore import QEventLoop
+    from PySide6.QtCore import QEventLoop, QTimer
     from PySide6.QtWidgets import QApplication
 
     from app.session.models import ModelSpec
@@ -62,6 +62,7 @@ def ui_tokens_per_s(target: str, drafter: str | None, draft_max: int | None, max
     from app.ui.main_window import MainWindow
 
     app = QApplication.instance() or QApplication([sys.argv[0]])
+    app.setApplicationName("FlashDesk")
     d = Path(tempfile.mkdtemp(prefix="flashdesk-measure-"))
     s = Store(d / Store.FILENAME)
     s.set_setting("generation", {"max_tokens": max_tokens, "draft_length": draft_max or 1,
@@ -70,9 +71,23 @@ def ui_tokens_per_s(target: str, drafter: str | None, draft_max: int | None, max
     win = MainWindow(d / Store.FILENAME, model=ModelSpec(target, drafter, n_ctx=2048, n_threads=threads))
     win.show()
 
-    def wait(cond) -> None:  # noqa: ANN001
-        while not cond():
-            app.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 20)
+    def wait(cond, timeout_s: float = 900) -> None:  # noqa: ANN001
+        """Run the real event loop until cond() holds. (A Python loop around processEvents would
+        spin on the GIL and the CPU, and slow the worker thread it is waiting for.)"""
+        loop, t0 = QEventLoop(), time.time()
+
+        def check() -> None:
+            if cond() or time.time() - t0 > timeout_s:
+                loop.quit()
+
+        timer = QTimer()
+        timer.timeout.connect(check)
+        timer.start(25)
+        if not cond():
+            loop.exec()
+        timer.stop()
+        if not cond():
+            sys.exit("timed out waiting for the app")
 
     wait(lambda: win.model_info is not None and not win.loading)
     win.input.setPlainText(PROMPT)

@@ -93,11 +93,22 @@ def main() -> int:
     store.close()
 
     def wait(cond, timeout_s: float = 900) -> None:  # noqa: ANN001
-        t0 = time.time()
-        while not cond():
-            if time.time() - t0 > timeout_s:
-                sys.exit("timed out waiting for the app")
-            app.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 50)
+        """Run the real event loop until cond() holds. (A Python loop around processEvents would
+        spin on the GIL and the CPU, and slow the worker thread it is waiting for.)"""
+        loop, t0 = QEventLoop(), time.time()
+
+        def check() -> None:
+            if cond() or time.time() - t0 > timeout_s:
+                loop.quit()
+
+        timer = QTimer()
+        timer.timeout.connect(check)
+        timer.start(25)
+        if not cond():
+            loop.exec()
+        timer.stop()
+        if not cond():
+            sys.exit("timed out waiting for the app")
 
     win = MainWindow(data / Store.FILENAME, model=ModelSpec(str(target), str(drafter), n_ctx=2048))
     win.resize(1500, 940)

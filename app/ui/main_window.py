@@ -12,7 +12,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray, Qt
+from PySide6.QtCore import QByteArray, Qt, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
     QDockWidget,
@@ -48,6 +48,8 @@ TOOL_HOOKS = [
     ("app.ui.documents_panel", "DocumentsPanel", "Documents", "dock"),
 ]
 
+STATS_INTERVAL_MS = 100
+
 # settings keys
 K_GENERATION, K_MODEL, K_LAST_CONV = "generation", "model", "last_conversation"
 K_GEOMETRY, K_SPLITTER, K_DRAFT_INPUT, K_COLOUR = "window_geometry", "splitter_state", "input_draft", "colour_drafts"
@@ -66,6 +68,11 @@ class MainWindow(QMainWindow):
         self.model_info: ModelInfo | None = None
         self.loading = False
         self._closed = False
+        self._pending_stats: ReplyUpdate | None = None
+        self._stats_timer = QTimer(self)
+        self._stats_timer.setSingleShot(True)
+        self._stats_timer.setInterval(STATS_INTERVAL_MS)
+        self._stats_timer.timeout.connect(self._flush_stats)
         self._build()
         self._wire()
         self._restore()
@@ -327,6 +334,18 @@ class MainWindow(QMainWindow):
             return
         if u.conversation_id == self.current_conv:
             self.msg_model.apply_update(u.message_id, u.content, u.status, u.record, u.drafted_spans)
+            # the panel redraws at most every STATS_INTERVAL_MS (a GPU can stream hundreds of steps a
+            # second); the last step shows at once
+            self._pending_stats = u
+            if u.finish_reason is not None:
+                self._stats_timer.stop()
+                self._flush_stats()
+            elif not self._stats_timer.isActive():
+                self._stats_timer.start()
+
+    def _flush_stats(self) -> None:
+        u, self._pending_stats = self._pending_stats, None
+        if u is not None and u.conversation_id == self.current_conv:
             state = "Streaming…" if u.finish_reason is None else f"Finished ({u.finish_reason})"
             self.stats_panel.show_summary(u.summary, u.tps_series, state)
 
