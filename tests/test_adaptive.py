@@ -123,3 +123,33 @@ def test_calibration_is_cached(tiny_pair: tuple[Path, Path], tmp_path: Path, mon
     pol = adaptive_policy_for(e)
     assert pol.k_max == e.block_size - 1
     e.close()
+
+
+def test_confidence_truncation_learns_where_drafts_fail() -> None:
+    p = AdaptiveDraftLength(cpu_costs(), 15, refresh_costs=False, use_confidence=True)
+    conf = np.array([0.99, 0.97, 0.95, 0.3, 0.2, 0.1, 0.05])
+    for _ in range(60):  # confident drafts pass, unsure ones fail
+        k = p.truncate(conf)
+        p.observe(k, min(k, 3), StepTiming(0.0, 0.0, 0.0))
+    assert p.truncate(conf) == 3
+    assert p.truncate(np.array([0.99] * 7)) >= 5  # sure drafts are kept as far as the CPU cost curve pays
+    assert p.truncate(np.array([0.05] * 7)) == 0
+
+
+def test_engine_calls_truncate_with_drafter_confidence(tiny_pair: tuple[Path, Path]) -> None:
+    e = Engine(*tiny_pair, EngineConfig(n_ctx=512))
+    prompt = e.tokenize("the cat sat on the mat")
+    plain, _ = _generate(e, prompt, GenerationParams(max_tokens=40, speculative=False))
+    seen: list[np.ndarray] = []
+
+    class Recorder(AdaptiveDraftLength):
+        def truncate(self, conf: np.ndarray) -> int:
+            seen.append(conf)
+            return min(2, len(conf))
+
+    pol = Recorder(cpu_costs(draft_ms=0.1), e.block_size - 1, prior=0.99, use_confidence=True, refresh_costs=False)
+    out, ev = _generate(e, prompt, GenerationParams(max_tokens=40), policy=pol)
+    assert out == plain
+    assert seen and all(((c > 0) & (c <= 1)).all() for c in seen)
+    assert max(ev.stats.k_history) <= 2
+    e.close()

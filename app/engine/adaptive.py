@@ -24,10 +24,13 @@ from app.engine.calibration import CostModel, calibrate, expected_tokens
 from app.engine.draft_policy import StepTiming
 
 
+CONF_BINS = np.array([0.0, 0.2, 0.4, 0.6, 0.8, 0.9, 0.95, 0.99, 1.01])
+
+
 class AdaptiveDraftLength:
     def __init__(self, cost: CostModel, k_max: int, prior: float = 0.7, prior_weight: float = 2.0,
                  decay: float = 0.9, probe_every: int = 8, probe_max_gap: int = 64, probe_k: int = 2,
-                 refresh_costs: bool = True):
+                 refresh_costs: bool = True, use_confidence: bool = False):
         self.cost = cost
         self.k_max = max(0, min(k_max, len(cost.verify_s) - 2, len(cost.draft_s) - 1))
         self.prior = prior
@@ -43,6 +46,11 @@ class AdaptiveDraftLength:
         self._plain_streak = 0
         self._probing = False
         self.history: list[int] = []
+        # draft confidence: acceptance given the drafter's own probability, per bin
+        self.uses_confidence = use_confidence
+        self.conf_tried = np.full(len(CONF_BINS) - 1, 1.0)
+        self.conf_acc = 0.5 * (CONF_BINS[:-1] + CONF_BINS[1:]).clip(0, 1)  # prior: calibrated drafter
+        self._last_bins: np.ndarray | None = None
 
     @property
     def acceptance(self) -> np.ndarray:
@@ -81,7 +89,32 @@ class AdaptiveDraftLength:
         self.history.append(k)
         return k
 
+    def truncate(self, conf: np.ndarray) -> int:
+        """Early stop inside a drafted block: keep the k' <= k drafts that
+        maximise this step's expected tokens/s, with per-position acceptance
+        read from the drafter's confidence (calibrated against what the
+        target accepted so far). The drafter pass is paid either way."""
+        bins = np.clip(np.searchsorted(CONF_BINS, conf, side="right") - 1, 0, len(CONF_BINS) - 2)
+        self._last_bins = bins
+        p = np.clip(self.conf_acc[bins] / self.conf_tried[bins], 0.0, 0.999)
+        k = len(conf)
+        draft_s = max(self.cost.draft_s[1:k + 1]) if k else 0.0
+        best, best_rate = 0, -1.0
+        for kk in range(k + 1):
+            e = expected_tokens(p, kk)
+            n = min(kk + 1, len(self.cost.verify_s) - 1)
+            rate = e / (draft_s + max(self.cost.verify_s[1:n + 1]) + self.cost.inject_s * e)
+            if rate > best_rate:
+                best, best_rate = kk, rate
+        return best
+
     def observe(self, k: int, accepted: int, timing: StepTiming) -> None:
+        if self._last_bins is not None and k > 0:
+            reached = min(accepted + 1, k)
+            b = self._last_bins[:reached]
+            np.add.at(self.conf_tried, b, 1.0)
+            np.add.at(self.conf_acc, b[:accepted], 1.0)
+        self._last_bins = None
         if k > 0:
             reached = min(accepted + 1, k)
             self.tried[:reached] = self.decay * self.tried[:reached] + 1.0

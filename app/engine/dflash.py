@@ -100,6 +100,7 @@ class Engine:
             non_causal=not causal), other=self.ctx)
         self.ctx.enable_taps(self.target_layers)
         self._dbatch = TokenBatch(self.block_size)
+        self._d2t: np.ndarray | None = None  # the drafter's vocabulary, read on first need
         self._ebatch = EmbeddingBatch(self._d_ubatch, len(self.target_layers) * self.target.n_embd)
 
     # --- public -------------------------------------------------------------
@@ -201,10 +202,14 @@ class Engine:
                 k = max(0, min(policy.choose() if speculative else 0, self.block_size - 1, room))
                 t_step = time.perf_counter()
                 draft_before, verify_before = st.t_draft_s, st.t_verify_s
-                drafts = self._draft(anchor, n_past, k, st) if k > 0 else []
+                want_conf = k > 0 and getattr(policy, "uses_confidence", False)
+                drafts, conf = self._draft(anchor, n_past, k, st, want_conf) if k > 0 else ([], None)
                 if draft_override is not None and k > 0:
                     drafts = [int(x) for x in draft_override(self._cached + [anchor], k)][:k]
-                    k = len(drafts)
+                if conf is not None:
+                    # early stop of the block where the drafter is unsure (the policy decides by tokens/s)
+                    drafts = drafts[:policy.truncate(conf[:len(drafts)])]
+                k = len(drafts)
                 emitted, n_acc = self._verify(anchor, drafts, n_past, sampler, st)
                 self._sync(anchor, emitted, n_past, st)
                 n_past += len(emitted)
@@ -276,7 +281,9 @@ class Engine:
             self._ebatch.set(block, pos0 + j)
             self.dctx.decode(self._ebatch)
 
-    def _draft(self, anchor: int, n_past: int, k: int, st: GenerationStats) -> list[int]:
+    def _draft(self, anchor: int, n_past: int, k: int, st: GenerationStats,
+               with_confidence: bool = False) -> tuple[list[int], np.ndarray | None]:
+        """k drafts (and, if asked, the drafter's probability of each)."""
         t0 = time.perf_counter()
         block = [anchor] + [self.mask_token] * k
         # every entry is an output: the dflash graph computes logits for all
@@ -285,12 +292,35 @@ class Engine:
         self._dbatch.set(block, n_past, True)
         self.dctx.decode(self._dbatch)
         toks, _ = self.dctx.argmax_rows(list(range(1, k + 1)))
+        t_llama = time.perf_counter() - t0
+        conf = self._confidence(k) if with_confidence else None
+        t1 = time.perf_counter()
         # the block's own K/V must not stay: later blocks would attend to it
         self.dctx.seq_rm(n_past)
-        dt = time.perf_counter() - t0
-        st.t_draft_s += dt
-        st.t_llama_s += dt
-        return toks.tolist()
+        t_end = time.perf_counter()
+        st.t_draft_s += t_end - t0
+        st.t_llama_s += t_llama + (t_end - t1)
+        return toks.tolist(), conf
+
+    def _confidence(self, k: int) -> np.ndarray:
+        """The drafter's softmax probability of its own argmax at rows 1..k
+        (over its draft vocabulary: rows outside d2t are -inf)."""
+        if self._d2t is None:
+            self._d2t = self._read_d2t()
+        out = np.empty(k, dtype=np.float64)
+        for i in range(k):
+            row = self.dctx.logits_row(i + 1)
+            x = row[self._d2t] if self._d2t.size else row
+            out[i] = 1.0 / float(np.exp(x - x.max()).sum())
+        return out
+
+    def _read_d2t(self) -> np.ndarray:
+        t = self.drafter.info.tensor("d2t")
+        if t is None:
+            return np.empty(0, dtype=np.int64)
+        with open(self.drafter.path, "rb") as f:
+            f.seek(self.drafter.info.data_offset + t.offset)
+            return np.frombuffer(f.read(t.n_bytes), dtype=np.int64).copy()
 
     def _verify(self, anchor: int, drafts: list[int], n_past: int, sampler: TokenSampler | None,
                 st: GenerationStats) -> tuple[list[int], int]:
