@@ -70,6 +70,7 @@ def main() -> int:
     ap.add_argument("--draft-length", default="4", help="auto or 1..15 (default 4)")
     ap.add_argument("--after-steps", type=int, default=10, help="grab after this many steps of the 2nd reply")
     ap.add_argument("--max-tokens", type=int, default=160)
+    ap.add_argument("--threads", type=int, default=0, help="llama.cpp threads (0: all cores)")
     args = ap.parse_args()
 
     xvfb = start_xvfb()
@@ -110,7 +111,8 @@ def main() -> int:
         if not cond():
             sys.exit("timed out waiting for the app")
 
-    win = MainWindow(data / Store.FILENAME, model=ModelSpec(str(target), str(drafter), n_ctx=2048))
+    win = MainWindow(data / Store.FILENAME, model=ModelSpec(str(target), str(drafter), n_ctx=2048,
+                                                                n_threads=args.threads))
     win.resize(1500, 940)
     win.show()
     wait(lambda: win.model_info is not None and not win.loading)

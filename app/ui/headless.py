@@ -16,8 +16,9 @@ def has_display() -> bool:
     return any(os.environ.get(k) for k in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM"))
 
 
-def run_headless(out: TextIO = sys.stdout, prompt: str = HEADLESS_PROMPT, max_tokens: int = 32) -> int:
-    """Stream one chat reply from the bundled pair through the same session the app uses."""
+def run_headless(out: TextIO = sys.stdout, prompt: str = HEADLESS_PROMPT, max_tokens: int = 32,
+                 spec=None) -> int:  # noqa: ANN001 - an app.session.models.ModelSpec
+    """Stream one chat reply from the bundled pair (or `spec`) through the same session the app uses."""
     from app.session.chat_session import ChatSession
     from app.session.conversation_ops import send_user_message
     from app.session.models import bundled_spec, load_engine
@@ -27,7 +28,7 @@ def run_headless(out: TextIO = sys.stdout, prompt: str = HEADLESS_PROMPT, max_to
     print("flashdesk: no display found (DISPLAY / WAYLAND_DISPLAY unset), so the desktop window cannot open.\n"
           "Running a short headless generation on the bundled pair instead. To see the app, run it in a\n"
           "desktop session, or e.g. `xvfb-run flashdesk` / QT_QPA_PLATFORM=offscreen.", file=out)
-    spec = bundled_spec()
+    spec = spec or bundled_spec()
     print(f"models: {spec.label}" + ("" if spec.drafter else " (no bundled drafter yet: plain decoding)"),
           file=out)
     engine = load_engine(spec)

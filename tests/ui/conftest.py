@@ -30,7 +30,9 @@ def tiny_chat_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path
 @pytest.fixture
 def tiny_spec(tiny_chat_pair: tuple[Path, Path]) -> ModelSpec:
     t, d = tiny_chat_pair
-    return ModelSpec(str(t), str(d), n_ctx=1024)
+    # one llama.cpp thread: on a 2-core machine shared with other jobs, a thread pool spinning at
+    # its barriers makes decoding erratic (and these tests slow); the app's default is all cores
+    return ModelSpec(str(t), str(d), n_ctx=1024, n_threads=1)
 
 
 @pytest.fixture

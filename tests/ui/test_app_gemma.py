@@ -25,7 +25,7 @@ def _replies(w):  # noqa: ANN001, ANN202
 def test_gemma_chat_send_stop_regenerate_edit_restart(qtbot, open_window, gemma_target: Path,
                                                       gemma_random_drafter: Path, tmp_path: Path):
     db = tmp_path / "db.sqlite3"
-    spec = ModelSpec(str(gemma_target), str(gemma_random_drafter), n_ctx=2048)
+    spec = ModelSpec(str(gemma_target), str(gemma_random_drafter), n_ctx=2048, n_threads=1)  # see tiny_spec
     w = open_window(db, spec, generation=GEMMA_SETTINGS)
     assert w.model_info.has_drafter and w.model_info.prompt_format.startswith("plain")
     updates = []

@@ -22,7 +22,20 @@ def test_display_detection(monkeypatch: pytest.MonkeyPatch):
     assert has_display()
 
 
+def test_headless_run_streams_a_reply_with_its_stats(tiny_spec):
+    import io
+
+    from app.ui.headless import run_headless
+
+    out = io.StringIO()
+    assert run_headless(out, prompt="hello there", max_tokens=12, spec=tiny_spec) == 0
+    text = out.getvalue()
+    assert "no display found" in text and "User: hello there\nAssistant:" in text
+    assert "tok/s" in text and "tau" in text and "measured" in text
+
+
 @pytest.mark.gemma
+@pytest.mark.slow  # the real command on the bundled model: ~15 s on a quiet machine, minutes on a busy one
 def test_flashdesk_without_a_display_runs_a_headless_generation(tmp_path: Path):
     env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")}
     env["PYTHONPATH"] = str(REPO)
