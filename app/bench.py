@@ -23,7 +23,7 @@ from app.engine.lossless import check_lossless
 from app.engine.params import GenerationParams
 from app.engine.prompt_format import PLAIN_STOP, ChatMessage, render_plain
 
-MODES = ("plain", "fixed", "adaptive")
+MODES = ("plain", "fixed", "adaptive", "adaptive-conf")
 
 
 @dataclass
@@ -58,12 +58,13 @@ def prompt_text(bp: BenchPrompt) -> tuple[str, list[str]]:
 def run_mode(engine: Engine, tokens: list[int], mode: str, max_tokens: int, draft_max: int | None,
              stop: list[str]) -> dict:
     engine.reset()
+    adaptive = mode.startswith("adaptive")
     params = GenerationParams(max_tokens=max_tokens, temperature=0.0, stop=stop,
-                              speculative=mode != "plain", draft_max=draft_max, adaptive=mode == "adaptive")
+                              speculative=mode != "plain", draft_max=draft_max, adaptive=adaptive)
     policy = None
-    if mode == "adaptive":
+    if adaptive:
         from app.engine.adaptive import adaptive_policy_for
-        policy = adaptive_policy_for(engine)
+        policy = adaptive_policy_for(engine, use_confidence=mode == "adaptive-conf")
     out: list[int] = []
     text = ""
     ev = None

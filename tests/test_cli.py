@@ -49,8 +49,11 @@ def test_bench_on_gemma_with_a_synthetic_drafter_is_lossless(gemma_target: Path,
                     "category": "code"}) + "\n"
         + json.dumps({"id": "chat", "prompt": "What is the capital of France?", "category": "chat"}) + "\n")
     out = tmp_path / "bench.json"
+    png = tmp_path / "bench.png"
     assert main(["bench", "--target", str(gemma_target), "--drafter", str(gemma_random_drafter), "--prompts",
-                 str(prompts), "--max-tokens", "16", "--draft-max", "3", "--json", str(out)]) == 0
+                 str(prompts), "--max-tokens", "16", "--draft-max", "3", "--mode", "plain,fixed,adaptive",
+                 "--json", str(out), "--plot", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     res = json.loads(out.read_text())
     assert [r["id"] for r in res["prompts"]] == ["code", "chat"]
     for r in res["prompts"]:
@@ -60,7 +63,10 @@ def test_bench_on_gemma_with_a_synthetic_drafter_is_lossless(gemma_target: Path,
         assert r["modes"]["plain"]["tokens_per_s"] > 0
     s = res["summary"]
     assert set(s["by_category"]) == {"code", "chat"}
-    assert s["overall"]["fixed"]["lossless"] is True
+    assert s["overall"]["fixed"]["lossless"] is True and s["overall"]["adaptive"]["lossless"] is True
+    # a random drafter never pays: the controller settles on plain decoding
+    ks = res["prompts"][0]["modes"]["adaptive"]["k_history"]
+    assert ks.count(0) >= len(ks) // 2
 
 
 def test_doctor_json() -> None:

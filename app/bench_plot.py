@@ -1,0 +1,46 @@
+"""A PNG of a `flashdesk bench` result: speedup and tau per category for each
+mode, and the draft length the adaptive controller chose over time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+
+def plot_bench(result: dict, out: str | Path) -> Path:
+    cats = list(result["summary"]["by_category"])
+    modes = [m for m in result["modes"] if m != "plain"]
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
+    width = 0.8 / max(1, len(modes))
+    x = np.arange(len(cats))
+    for i, m in enumerate(modes):
+        sp = [result["summary"]["by_category"][c][m]["median_speedup"] for c in cats]
+        tau = [result["summary"]["by_category"][c][m]["median_tau"] for c in cats]
+        axes[0].bar(x + i * width, sp, width, label=m)
+        axes[1].bar(x + i * width, tau, width, label=m)
+    for ax, title in ((axes[0], "median speedup over plain decoding"), (axes[1], "median tau (tokens per step)")):
+        ax.set_xticks(x + width * (len(modes) - 1) / 2, cats, rotation=20)
+        ax.set_title(title)
+        ax.legend()
+    axes[0].axhline(1.0, color="k", lw=0.8, ls="--")
+    ad = next((m for m in ("adaptive-conf", "adaptive") if m in modes), None)
+    if ad:
+        for c in cats:
+            rows = [r for r in result["prompts"] if r["category"] == c]
+            if rows:
+                ks = rows[0]["modes"][ad]["k_history"]
+                axes[2].plot(range(len(ks)), ks, lw=1, label=f"{c}: {rows[0]['id']}")
+        axes[2].set_title(f"draft length chosen per step ({ad}, first prompt per category)")
+        axes[2].set_xlabel("step")
+        axes[2].legend(fontsize=7)
+    fig.suptitle(f"{Path(result.get('target') or '').name} + {Path(result.get('drafter') or '').name}", fontsize=9)
+    fig.tight_layout()
+    out = Path(out)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
