@@ -1,6 +1,6 @@
 """The plain-decoding baseline a reply's speedup is measured against.
 
-Taken once per loaded model: from the calibration module when it exists
+Taken once per loaded model: from the cached calibration when there is one
 (it measures plain decoding as part of its cost model), else from a short
 plain run through the same engine, so the speedup shown is measured here,
 on this machine, never assumed.
@@ -28,34 +28,17 @@ class Baseline:
         return {"tokens_per_s": round(self.tokens_per_s, 3), "source": self.source, "n_tokens": self.n_tokens}
 
 
-# Calibration and the adaptive policy tokenize a code snippet; a toy vocabulary without byte-fallback
-# tokens (the tiny test models) makes llama.cpp's tokenizer throw and abort the process on it.
-_MIN_CALIBRATION_VOCAB = 256
-
-
-def calibration_usable(engine) -> bool:  # noqa: ANN001
-    """True when app.engine.calibration exists and can run on this engine's vocabulary."""
-    try:
-        import app.engine.calibration  # noqa: F401
-    except ModuleNotFoundError as e:
-        if (e.name or "").startswith("app.engine"):
-            return False
-        raise
-    return engine.target.n_vocab >= _MIN_CALIBRATION_VOCAB
-
-
 def measure_baseline(engine, prompt_text: str, n_tokens: int = 24) -> Baseline:  # noqa: ANN001 - an Engine
     """Plain tokens/s of `engine`'s target: the calibration's when this pair has one cached (the
     adaptive draft length calibrates on first use), else a short plain run of `prompt_text` (a chat
     prompt in the model's format). A full calibration is not started here: it takes far longer than
     the plain run on a CPU, and a user who never picks "auto" never needs it."""
-    if calibration_usable(engine):
-        from app.engine.calibration import cache_dir, cache_key, calibrate
+    from app.engine.calibration import cache_dir, cache_key, calibrate
 
-        if (cache_dir() / f"{cache_key(engine)}.json").exists():
-            tps = float(calibrate(engine).plain_tokens_per_s)
-            if tps > 0:
-                return Baseline(tps, SOURCE_CALIBRATION)
+    if (cache_dir() / f"{cache_key(engine)}.json").exists():
+        tps = float(calibrate(engine).plain_tokens_per_s)
+        if tps > 0:
+            return Baseline(tps, SOURCE_CALIBRATION)
     return measure_plain_run(engine, prompt_text, n_tokens)
 
 

@@ -18,7 +18,7 @@ from app.engine.events import FINISH_CANCELLED
 from app.engine.prompt_format import ChatMessage, PromptFormat, format_for_model
 from app.engine.stats import GenerationStats
 from app.errors import FlashDeskError
-from app.session.baseline import BASELINE_REQUEST, Baseline, calibration_usable, measure_baseline
+from app.session.baseline import BASELINE_REQUEST, Baseline, measure_baseline
 from app.session.conversation_ops import ConversationError
 from app.session.settings import ChatSettings
 from app.session.summary import RateSeries, ReplySummary, RunningTotals, summarize
@@ -124,16 +124,9 @@ class ChatSession:
 
 
 def adaptive_policy(engine):  # noqa: ANN001, ANN201
-    """The adaptive draft-length policy, or None where it cannot run (no module yet, a toy vocabulary):
-    the engine then drafts its full block."""
-    if not calibration_usable(engine):
-        return None
-    try:
-        from app.engine.adaptive import adaptive_policy_for
-    except ModuleNotFoundError as e:
-        if (e.name or "").startswith("app.engine"):
-            return None
-        raise
+    """The adaptive draft-length policy (draft length "auto"), with this pair's calibrated costs."""
+    from app.engine.adaptive import adaptive_policy_for
+
     return adaptive_policy_for(engine)
 
 

@@ -120,10 +120,6 @@ class EngineWorker(QObject):
     def _calibrate(self, engine) -> None:  # noqa: ANN001
         """Measure (or read from the on-disk cache) the cost model "auto" needs, while the user
         watches the load progress, instead of silently at the first reply."""
-        from app.session.baseline import calibration_usable
-
-        if not calibration_usable(engine):
-            return
         from app.engine.calibration import calibrate
 
         self.loadProgress.emit("calibrating", -1.0)  # -1: no fraction known

@@ -27,7 +27,8 @@ class TargetWeights:
         if t is None:
             raise KeyError(f"{self.path}: no tensor {name!r}")
         a = dequantize(t.data, t.tensor_type)
-        return np.ascontiguousarray(a, dtype=np.float32)
+        a = np.ascontiguousarray(a, dtype=np.float32)
+        return a if a.flags.writeable else a.copy()  # F32 tensors come back as read-only views of the file
 
     def token_embd(self) -> np.ndarray:
         return self.get("token_embd.weight")
