@@ -56,7 +56,9 @@ def export_gguf(model: Drafter, target: str | Path, out: str | Path, dtype: str 
         a = x.detach().to(torch.float32).cpu().numpy()
         return a.astype(mat_dtype) if matrix else a
 
-    w.add_tensor("fc.weight", t(model.fc.weight))
+    # fc stays F32: it multiplies the raw target features, and ggml converts the
+    # activations of an F16 matmul to F16, where Gemma's (values past 65504) overflow to inf
+    w.add_tensor("fc.weight", t(model.fc.weight, matrix=False))
     w.add_tensor("enc.output_norm.weight", t(model.hidden_norm.weight, False))
     w.add_tensor("output_norm.weight", t(model.output_norm.weight, False))
     w.add_tensor("output.weight", t(model.head))
