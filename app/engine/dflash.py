@@ -84,6 +84,8 @@ class Engine:
         self._tbatch = TokenBatch(max(cfg.n_batch, self.block_size))
         # token ids whose K/V sit in the target cache (and features in the drafter's), positions 0..len-1
         self._cached: list[int] = []
+        # features not yet fed to the drafter: (first position, rows), contiguous, ending at len(_cached)
+        self._pending: list[tuple[int, np.ndarray]] = []
 
     def _load_drafter(self, path: Path, cfg: EngineConfig, progress: Callable[[float], bool] | None) -> None:
         self.drafter = LlamaModel(path, cfg.drafter_placement, progress)
@@ -120,10 +122,15 @@ class Engine:
         if self.dctx is not None:
             self.dctx.clear()
         self._cached = []
+        self._pending = []
 
     def cache_positions(self) -> tuple[int, int | None]:
-        """(target pos_max, drafter pos_max): both equal n_past-1 between steps."""
-        return self.ctx.pos_max(), (self.dctx.pos_max() if self.dctx is not None else None)
+        """(target pos_max, drafter pos_max) once pending features are fed:
+        both equal n_past-1 between steps."""
+        if self.dctx is None:
+            return self.ctx.pos_max(), None
+        self._flush()
+        return self.ctx.pos_max(), self.dctx.pos_max()
 
     def close(self) -> None:
         for obj in ("_ebatch", "_dbatch", "_tbatch", "dctx", "ctx", "drafter", "target"):
@@ -262,6 +269,7 @@ class Engine:
                 self.reset()
                 keep = 0
             self._cached = self._cached[:keep]
+            self._pending = [(p, rows[:max(0, keep - p)]) for p, rows in self._pending if p < keep]
         todo = want[keep:]
         step = self.config.n_batch
         for i in range(0, len(todo), step):
@@ -270,9 +278,25 @@ class Engine:
             self._tbatch.set(chunk, pos0, False)
             self.ctx.decode(self._tbatch)
             if self.dctx is not None:
-                self._inject(self.ctx.taps(len(chunk)), pos0)
+                self._queue(self.ctx.taps(len(chunk)), pos0)
             self._cached.extend(chunk)
         return keep
+
+    def _queue(self, feats: np.ndarray, pos0: int) -> None:
+        """Target features wait here until the drafter next needs its cache:
+        fed in one batch before the next draft, so plain-decoding steps (k = 0,
+        or speculation off) do not pay a drafter call each."""
+        self._pending.append((pos0, feats))
+        if sum(len(r) for _, r in self._pending) >= self._d_ubatch:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        pos0 = self._pending[0][0]
+        feats = np.concatenate([r for _, r in self._pending]) if len(self._pending) > 1 else self._pending[0][1]
+        self._pending = []
+        self._inject(feats, pos0)
 
     def _inject(self, feats: np.ndarray, pos0: int) -> None:
         """Feed target features (rows at pos0..) into the drafter's KV cache."""
@@ -284,7 +308,11 @@ class Engine:
     def _draft(self, anchor: int, n_past: int, k: int, st: GenerationStats,
                with_confidence: bool = False) -> tuple[list[int], np.ndarray | None]:
         """k drafts (and, if asked, the drafter's probability of each)."""
+        tf = time.perf_counter()
+        self._flush()
         t0 = time.perf_counter()
+        st.t_inject_s += t0 - tf
+        st.t_llama_s += t0 - tf
         block = [anchor] + [self.mask_token] * k
         # every entry is an output: the dflash graph computes logits for all
         # block rows without output-id filtering, so a partial output mask
@@ -354,7 +382,7 @@ class Engine:
         n_keep = n_past + len(emitted)
         t0 = time.perf_counter()
         if self.dctx is not None:
-            self._inject(self.ctx.taps(len(emitted)), n_past)
+            self._queue(self.ctx.taps(len(emitted)), n_past)
         self.ctx.seq_rm(n_keep)
         dt = time.perf_counter() - t0
         st.t_inject_s += dt
