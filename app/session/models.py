@@ -17,13 +17,16 @@ class ModelSpec:
     target: str
     drafter: str | None = None
     n_ctx: int = 4096
-    device: str = DEVICE_CPU  # "gpu": every layer on the default GPU(s)
+    device: str = DEVICE_CPU  # "gpu": placed by the layer-split planner on the detected GPUs
     n_threads: int = 0
+    split: list[float] | None = None  # the user's override of the planned split ratio (per GPU)
 
     @classmethod
     def from_dict(cls, d: dict) -> ModelSpec:
+        split = d.get("split")
         return cls(target=str(d["target"]), drafter=d.get("drafter") or None, n_ctx=int(d.get("n_ctx", 4096)),
-                   device=d.get("device", DEVICE_CPU), n_threads=int(d.get("n_threads", 0)))
+                   device=d.get("device", DEVICE_CPU), n_threads=int(d.get("n_threads", 0)),
+                   split=[float(x) for x in split] if split else None)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -52,10 +55,30 @@ def load_engine(spec: ModelSpec, progress: Callable[[str, float], bool] | None =
             raise ModelLoadError(f"{path}: the {label} model file does not exist")
     if spec.n_ctx < 64:
         raise ModelLoadError(f"{spec.target}: context length {spec.n_ctx} is too small (at least 64)")
-    placement = ModelPlacement(n_gpu_layers=999) if spec.device == DEVICE_GPU else None
-    cfg = EngineConfig(n_ctx=spec.n_ctx, n_threads=spec.n_threads, target_placement=placement,
-                       drafter_placement=placement)
+    if spec.device == DEVICE_GPU:
+        from app.scheduler.apply import engine_config
+        from app.scheduler.errors import PlanInputError
+
+        plan = plan_for(spec)
+        try:
+            cfg = engine_config(plan, n_threads=spec.n_threads)
+        except PlanInputError as e:
+            raise ModelLoadError(f"{spec.target}: no GPU placement: {e}") from None
+    else:
+        cpu = ModelPlacement(n_gpu_layers=0)
+        cfg = EngineConfig(n_ctx=spec.n_ctx, n_threads=spec.n_threads, target_placement=cpu,
+                           drafter_placement=cpu)
     return Engine(spec.target, spec.drafter, cfg, progress=progress)
+
+
+def plan_for(spec: ModelSpec):  # noqa: ANN201 - a SplitPlan
+    """The layer-split plan for this pair on the devices this machine has (the GPU split plan panel
+    shows it; loading on the GPU applies it)."""
+    from app.scheduler.inventory import detect_inventory
+    from app.scheduler.planner import PlanRequest, plan_split
+
+    return plan_split(spec.target, spec.drafter, detect_inventory(),
+                      PlanRequest(n_ctx=spec.n_ctx, split=tuple(spec.split) if spec.split else None))
 
 
 def gpu_available() -> bool:

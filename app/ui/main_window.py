@@ -147,6 +147,7 @@ class MainWindow(QMainWindow):
         vm.addAction(self.colour_action)
         self.tools_menu = self.menuBar().addMenu("&Tools")
         self._docks: dict[str, QDockWidget] = {}
+        self._split: list[float] = []  # the GPU split override from the plan panel (empty: automatic)
         for mod_name, cls_name, text, kind in TOOL_HOOKS:
             # found now, imported on first use: a panel's dependencies must not delay the first window
             if not _module_exists(mod_name):
@@ -171,11 +172,38 @@ class MainWindow(QMainWindow):
         dock = self._docks.get(title)
         if dock is None:
             dock = QDockWidget(title, self)
-            dock.setWidget(cls(dock))
+            widget = cls(dock)
+            dock.setWidget(widget)
+            if hasattr(widget, "splitOverride"):  # the GPU split plan: overrides apply at the next load
+                widget.splitOverride.connect(self._split_override)
             self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, dock)
             self._docks[title] = dock
+        if hasattr(dock.widget(), "set_plan"):
+            self._show_plan(dock.widget())
         dock.show()
         dock.raise_()
+
+    def _show_plan(self, view: QWidget) -> None:
+        """Plan the pair in the Model tab on this machine's devices and show it."""
+        from app.session.models import plan_for
+
+        spec = self.model_panel.spec()
+        spec.split = self._split or None
+        if not spec.target:
+            return
+        try:
+            view.set_plan(plan_for(spec))
+        except Exception as e:  # a bad path or an unreadable GGUF: said in the Model tab, the app goes on
+            self.model_panel.show_error(f"cannot plan {spec.label}: {e}")
+
+    def _split_override(self, split: list) -> None:
+        self._split = [float(x) for x in split]
+        self.model_panel.status_label.setText(
+            "split ratio " + (":".join(f"{x:g}" for x in self._split) if self._split else "automatic")
+            + ": applies when the model is next loaded on the GPU")
+        view = self._docks.get("GPU split plan")
+        if view is not None:
+            self._show_plan(view.widget())
 
     # --- wiring ---------------------------------------------------------------
     def _wire(self) -> None:
@@ -365,6 +393,8 @@ class MainWindow(QMainWindow):
         self._refresh_list()
 
     def load_model(self, spec: ModelSpec | None) -> None:
+        if spec is not None and self._split:
+            spec.split = list(self._split)
         self.loading = True
         self.model_panel.set_busy(True)
         self.model_panel.show_error("")

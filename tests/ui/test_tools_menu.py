@@ -46,3 +46,23 @@ def test_tools_menu_lists_existing_panels_and_opens_them(qtbot, fake_panels, tmp
     dock = w._docks["Dock tool"]
     assert dock.isVisible() and isinstance(dock.widget(), QWidget) and dock.widget().text() == "panel"
     w.shutdown()
+
+
+def test_gpu_split_plan_shows_the_pair_in_the_model_tab(qtbot, tiny_chat_pair, tmp_path: Path) -> None:
+    """The real plan panel: planned on this machine's devices for the pair in the Model tab; a split
+    override is kept for the next load."""
+    w = mw.MainWindow(tmp_path / "db.sqlite3", autoload=False)
+    qtbot.addWidget(w)
+    w.show()
+    t, d = tiny_chat_pair
+    w.model_panel.target_edit.setText(str(t))
+    w.model_panel.drafter_edit.setText(str(d))
+    action = next(a for a in w.tools_menu.actions() if a.text() == "GPU split plan")
+    action.trigger()
+    view = w._docks["GPU split plan"].widget()
+    assert "CPU / RAM" in [view.grid.itemAt(i).widget().text() for i in range(view.grid.count())
+                           if hasattr(view.grid.itemAt(i).widget(), "text")]
+    assert "fits" in view.verdict.text()
+    view.splitOverride.emit([3.0, 1.0])
+    assert w._split == [3.0, 1.0] and "applies when the model is next loaded" in w.model_panel.status_label.text()
+    w.shutdown()
