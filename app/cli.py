@@ -3,6 +3,7 @@
     flashdesk                      start the desktop app on the bundled pair
     flashdesk generate ...         one generation, JSON out
     flashdesk bench ...            plain vs DFlash over a prompt file, JSON out
+    flashdesk calibrate            verify/draft pass costs for 1..16 tokens, JSON out
     flashdesk doctor [--json]      the native build, its taps, the devices
     flashdesk prompts humaneval    write the HumanEval prompt set as JSONL
 
@@ -104,6 +105,23 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from app.engine.calibration import calibrate
+
+    engine = _open_engine(args)
+    cm = calibrate(engine, use_cache=not args.fresh)
+    rel = cm.relative_verify()
+    print(json.dumps({"target": str(engine.target.path),
+                      "drafter": str(engine.drafter.path) if engine.drafter else None,
+                      "plain_tokens_per_s": round(cm.plain_tokens_per_s, 3),
+                      "verify_ms": [round(x * 1e3, 3) for x in cm.verify_s[1:]],
+                      "verify_relative": [round(x, 3) for x in rel],
+                      "draft_ms": [round(x * 1e3, 3) for x in cm.draft_s[1:]],
+                      "inject_ms_per_token": round(cm.inject_s * 1e3, 4)}, indent=2))
+    engine.close()
+    return 0
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     from app.doctor import doctor_report
 
@@ -167,6 +185,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--json", help="write full results here")
     b.add_argument("--plot", help="write a PNG plot here")
     b.set_defaults(func=cmd_bench)
+
+    c = sub.add_parser("calibrate", help="measure verify and draft costs for 1..16 tokens (JSON)")
+    _add_model_args(c)
+    c.add_argument("--fresh", action="store_true", help="measure again instead of reading the cache")
+    c.set_defaults(func=cmd_calibrate)
 
     d = sub.add_parser("doctor", help="the native build, its taps and devices")
     d.add_argument("--json", action="store_true")
