@@ -203,6 +203,7 @@ class Engine:
         try:
             while finish is None:
                 if cancel is not None and cancel.is_set():
+                    finish = FINISH_CANCELLED  # the caches are consistent: keep them for the next turn
                     yield self._final(stream, st, t_start, t_loop, FINISH_CANCELLED)
                     return
                 room = min(params.max_tokens - n_out, self.n_ctx - n_past) - 1

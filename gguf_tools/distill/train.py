@@ -200,6 +200,7 @@ def evaluate(model: Drafter, data: DistillData, idx: list[int], cfg: TrainConfig
     model.eval()
     rng = np.random.default_rng(0)
     losses, taus = [], []
+    by_kind: dict[str, list[float]] = {}
     acc_pos = np.zeros(cfg.block_size - 1)
     n_pos = np.zeros(cfg.block_size - 1)
     for i in idx:
@@ -220,6 +221,7 @@ def evaluate(model: Drafter, data: DistillData, idx: list[int], cfg: TrainConfig
         run = np.cumprod(match, axis=1)
         acc = run.sum(1)
         taus.extend((1 + acc).tolist())
+        by_kind.setdefault(seq.kind, []).extend((1 + acc).tolist())
         for k in range(cfg.block_size - 1):
             reach = run[:, k - 1] if k > 0 else np.ones(len(acc), bool)
             sel = reach.astype(bool) & valid[:, k]
@@ -227,6 +229,7 @@ def evaluate(model: Drafter, data: DistillData, idx: list[int], cfg: TrainConfig
             acc_pos[k] += (match[:, k] & sel).sum()
     model.train()
     return {"loss": float(np.mean(losses)) if losses else 0.0, "tau": float(np.mean(taus)) if taus else 0.0,
+            "tau_by_kind": {k: round(float(np.mean(v)), 4) for k, v in sorted(by_kind.items())},
             "accept_rate_by_pos": np.round(acc_pos / np.maximum(n_pos, 1), 4).tolist()}
 
 
@@ -300,13 +303,13 @@ def train(model: Drafter, data: DistillData, cfg: TrainConfig, ckpt_dir: Path,
                 _save(last, model, opt, sched, state)
             if state["step"] >= total:
                 break
-        else:
-            state["epoch"] += 1
+        if state["step"] >= (ep + 1) * steps_per_epoch:
+            state["epoch"] = ep + 1
         ev = evaluate(model, data, held, cfg)
         state["history"].append({"epoch": state["epoch"], "step": state["step"], "minutes": (time.time() - t0) / 60,
                                  **ev})
-        progress(f"epoch {state['epoch']}: held-out loss {ev['loss']:.3f}, tau {ev['tau']:.3f}, "
-                 f"accept by pos {ev['accept_rate_by_pos'][:6]}")
+        progress(f"epoch {state['epoch']}: held-out loss {ev['loss']:.3f}, tau {ev['tau']:.3f} "
+                 f"{ev['tau_by_kind']}, accept by pos {ev['accept_rate_by_pos'][:6]}")
         _save(last, model, opt, sched, state)
     (ckpt_dir / "history.json").write_text(json.dumps({"config": asdict(cfg), "history": state["history"]}, indent=2))
     return state
