@@ -122,6 +122,8 @@ def test_calibration_is_cached(tiny_pair: tuple[Path, Path], tmp_path: Path, mon
     assert b.verify_s == a.verify_s  # read back, not measured again
     pol = adaptive_policy_for(e)
     assert pol.k_max == e.block_size - 1
+    assert adaptive_policy_for(e) is pol  # what it learned carries over to the next reply
+    assert adaptive_policy_for(e, fresh=True) is not pol
     e.close()
 
 

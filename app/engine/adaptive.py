@@ -18,11 +18,13 @@ Expected time: cost.step_time(k, E(k)). Rate = E(k) / time.
 
 from __future__ import annotations
 
+import copy
+import weakref
+
 import numpy as np
 
 from app.engine.calibration import CostModel, calibrate, expected_tokens
 from app.engine.draft_policy import StepTiming
-
 
 CONF_BINS = np.array([0.0, 0.2, 0.4, 0.6, 0.8, 0.9, 0.95, 0.99, 1.01])
 
@@ -127,9 +129,20 @@ class AdaptiveDraftLength:
             self.cost.update(k, timing.draft_s, timing.verify_s)
 
 
-def adaptive_policy_for(engine, **kw) -> AdaptiveDraftLength:  # noqa: ANN001
-    """An adaptive policy with this engine's (cached) calibration."""
-    import copy
+# one controller per loaded engine: what it learned about acceptance (and the
+# refreshed costs) carries over from one reply to the next, as a chat goes on
+_policies: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
-    cost = copy.deepcopy(calibrate(engine))
-    return AdaptiveDraftLength(cost, engine.block_size - 1, **kw)
+
+def adaptive_policy_for(engine, use_confidence: bool = False, fresh: bool = False,  # noqa: ANN001
+                        **kw) -> AdaptiveDraftLength:
+    """The adaptive policy of this engine (created with its cached calibration on first use)."""
+    key = (use_confidence, tuple(sorted(kw.items())))
+    per_engine = _policies.setdefault(engine, {})
+    pol = per_engine.get(key)
+    if pol is None or fresh:
+        cost = copy.deepcopy(calibrate(engine))
+        pol = AdaptiveDraftLength(cost, engine.block_size - 1, use_confidence=use_confidence, **kw)
+        per_engine[key] = pol
+    pol.history = []
+    return pol
