@@ -80,3 +80,19 @@ def test_corpus_has_no_humaneval_prompt() -> None:
     kinds = {c.kind for c in corpus}
     assert {"code", "explain", "math", "summary", "multilingual"} <= kinds
     assert np.mean([c.format == "raw" for c in corpus]) > 0.5
+
+
+def test_distill_command_trains_exports_and_writes_a_card(tmp_path: Path) -> None:
+    from gguf_tools.__main__ import main
+
+    target = write_tiny_target(tmp_path / "target.gguf", "qwen3", TinyShape(n_layer=4), seed=4)
+    rng = random.Random(1)
+    prompts = [CorpusPrompt(f"p{i}", "code", " ".join(rng.choice(WORDS) for _ in range(6)), "raw") for i in range(12)]
+    work = tmp_path / "work"
+    generate_dataset(target, prompts, work / "data", GenConfig(tap_layers=[1, 2, 3], n_parallel=4, max_new_tokens=16))
+    out = tmp_path / "drafter.gguf"
+    assert main(["distill", "--target", str(target), "--out", str(out), "--work", str(work), "--stage", "train",
+                 "--taps", "1,3", "--draft-vocab", "40", "--epochs", "1", "--anchors", "4", "--max-steps", "3"]) == 0
+    assert read_gguf(out).get("dflash.target_layers") == [1, 3]
+    card = out.with_suffix(".md").read_text()
+    assert "## Reproduce" in card and "--taps 1,3" in card and "| 1 |" in card

@@ -106,6 +106,15 @@ def main(argv: list[str] | None = None) -> int:
         model.load_state_dict(ck["model"])
     out = export_gguf(model, target, args.out, dtype=args.dtype)
     say(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB) in {(time.time() - t0) / 60:.1f} min")
+    from collections import Counter
+
+    from gguf_tools.distill.card import write_card
+
+    hist = json.loads((ckpt / "history.json").read_text())["history"]
+    card = write_card(out, target, ckpt, data.meta, len(data), int((data.lengths - data.n_prompt).sum()),
+                      dict(Counter(data.kinds.tolist())), float(hist[-1].get("minutes", 0.0)),
+                      data.meta.get("generation_seconds"), list(argv if argv is not None else sys.argv[1:]))
+    say(f"wrote {card}")
     return 0
 
 

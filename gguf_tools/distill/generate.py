@@ -237,4 +237,9 @@ def generate_dataset(target: Path, prompts: list[CorpusPrompt], out_dir: Path, c
     ctx.close()
     model.close()
     dt = time.time() - t0
+    # total generation time over resumed runs, for the model card
+    meta_file = out_dir / "meta.json"
+    m = json.loads(meta_file.read_text())
+    m["generation_seconds"] = round(m.get("generation_seconds", 0.0) + dt, 1)
+    meta_file.write_text(json.dumps(m, indent=2))
     return {"sequences": n_seq, "response_tokens": n_tok, "seconds": dt, "tokens_per_s": n_tok / dt if dt else 0}
