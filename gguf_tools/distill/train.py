@@ -60,7 +60,7 @@ class TrainConfig:
 
 
 def bf16_to_tensor(bits: np.ndarray) -> torch.Tensor:
-    return torch.from_numpy(np.ascontiguousarray(bits).view(np.int16)).view(torch.bfloat16).to(torch.float32)
+    return torch.from_numpy(np.array(bits).view(np.int16)).view(torch.bfloat16).to(torch.float32)  # copy: memmaps are read-only
 
 
 def choose_draft_vocab(data: DistillData, n_vocab: int, size: int, extra: list[int]) -> np.ndarray:
