@@ -60,7 +60,8 @@ class TrainConfig:
 
 
 def bf16_to_tensor(bits: np.ndarray) -> torch.Tensor:
-    return torch.from_numpy(np.array(bits).view(np.int16)).view(torch.bfloat16).to(torch.float32)  # copy: memmaps are read-only
+    # np.array copies: memmapped features are read-only
+    return torch.from_numpy(np.array(bits).view(np.int16)).view(torch.bfloat16).to(torch.float32)
 
 
 def choose_draft_vocab(data: DistillData, n_vocab: int, size: int, extra: list[int]) -> np.ndarray:
