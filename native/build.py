@@ -253,7 +253,8 @@ def install_python_packages() -> None:
             tf.extractall(tmp, members=members, filter="data")
         subprocess.run([sys.executable, "-m", "pip", "install", "--no-cache-dir", "--force-reinstall",
                         "--no-deps", str(tmp / prefix)], check=True)
-        subprocess.run([sys.executable, "-m", "pip", "install", "numpy>=2.2.6", "tqdm", "pyyaml"], check=True)
+        subprocess.run([sys.executable, "-m", "pip", "install", "numpy>=2.2.6", "tqdm", "pyyaml", "requests"],
+                       check=True)
         shutil.rmtree(tmp, ignore_errors=True)
     if installed("llama_cpp_python") != config.LLAMA_CPP_PYTHON_VERSION:
         log("installing llama-cpp-python's Python bindings (libraries come from the patched build)")
@@ -274,7 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--variant", default=None, choices=sorted(config.VARIANT_FLAGS),
                     help="cpu (default) or cuda; FLASHDESK_CUDA=1 also selects cuda")
-    ap.add_argument("--python-package", action="store_true", help="also install the llama-cpp-python bindings and gguf-py")
+    ap.add_argument("--python-package", action="store_true",
+                    help="also install the llama-cpp-python bindings and gguf-py")
     ap.add_argument("--force", action="store_true", help="rebuild even if cached")
     ap.add_argument("--jobs", type=int, default=None)
     args = ap.parse_args(argv)
