@@ -97,3 +97,42 @@ def test_unknown_role_is_refused(tmp_path: Path):
     c = s.create_conversation()
     with pytest.raises(StoreError, match="role"):
         s.add_message(c.id, "tool", "x")
+
+
+def test_a_chats_collections_and_a_replys_sources_survive_a_reopen(tmp_path: Path):
+    s = Store(tmp_path / "fd.sqlite3")
+    c = s.create_conversation()
+    assert s.conversation(c.id).collections == []
+    s.set_collections(c.id, ["manuals", "notes"])
+    src = {"n": 1, "file": "/d/a.pdf", "name": "a.pdf", "page": 2, "line_start": 1, "line_end": 9, "score": 1.5}
+    m = s.add_message(c.id, "assistant", "", status=STATUS_STREAMING, sources=[src])
+    assert s.message(m.id).sources == [src]
+    s.update_message(m.id, content="x", sources=[{**src, "cited": True}])
+    plain = s.add_message(c.id, "user", "hi")
+    s.close()
+
+    s = Store(tmp_path / "fd.sqlite3")
+    assert s.conversation(c.id).collections == ["manuals", "notes"]
+    assert s.message(m.id).sources == [{**src, "cited": True}] and s.message(plain.id).sources == []
+
+
+def test_a_version_1_database_gains_the_new_columns_and_keeps_its_rows(tmp_path: Path):
+    from app.store import db as store_db
+
+    path = tmp_path / "fd.sqlite3"
+    old = sqlite3.connect(path)  # the schema as FlashDesk wrote it before collections and sources
+    old.executescript(store_db._SCHEMA)
+    old.execute("INSERT INTO conversations(title, created_at, updated_at) VALUES ('old chat', 1, 1)")
+    old.execute("INSERT INTO messages(conversation_id, role, content, created_at, updated_at)"
+                " VALUES (1, 'user', 'hello', 1, 1)")
+    old.execute("PRAGMA user_version=1")
+    old.commit()
+    old.close()
+
+    s = Store(path)
+    assert s._db.execute("PRAGMA user_version").fetchone()[0] == store_db.SCHEMA_VERSION
+    conv = s.conversation(1)
+    assert conv.title == "old chat" and conv.collections == []
+    assert [(m.content, m.sources) for m in s.messages(1)] == [("hello", [])]
+    s.set_collections(1, ["notes"])
+    assert s.conversation(1).collections == ["notes"]

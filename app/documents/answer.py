@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 
 from app.documents.retrieve import Hit, RetrievalResult, Retriever
 from app.engine.params import GenerationParams
-from app.engine.prompt_format import PLAIN_STOP, ChatMessage, format_for_model
+from app.engine.prompt_format import PLAIN_STOP, ChatMessage, PromptFormat, format_for_model
 
 # short on purpose: small base models follow "read, then answer" better than long rules
 INSTRUCTIONS = "Read the sources and answer the question from them."
@@ -108,18 +108,42 @@ def build_prompt(question: str, hits: Sequence[Hit], count_tokens: Callable[[str
     return prompt, sources
 
 
-def _renderer(template: str | None) -> Callable[[str, str], str]:
-    fmt = format_for_model(template)
+def conversation_renderer(fmt: PromptFormat, history: Sequence[ChatMessage] = ()) -> Callable[[str, str], str]:
+    """`render(sources_text, question)` for a question asked after `history` (a
+    system prompt and earlier turns, in order), laid out in `fmt`: what
+    build_prompt needs to answer the last message of a chat from documents."""
+    system = "\n\n".join(m.content.strip() for m in history if m.role == "system" and m.content.strip())
+    turns = [m for m in history if m.role != "system"]
     if fmt.is_plain:
         def render(sources: str, question: str) -> str:
-            system = f"{INSTRUCTIONS}\n\n{sources}".rstrip()
-            return fmt.render([ChatMessage("system", system), ChatMessage("user", question)])
+            head = "\n\n".join(x for x in (system, f"{INSTRUCTIONS}\n\n{sources}".rstrip()) if x)
+            return fmt.render([ChatMessage("system", head), *turns, ChatMessage("user", question)])
     else:
-        # many templates refuse a system turn: everything goes in the user turn
+        # many templates refuse a system turn: the sources go in the (last) user turn
+        before = [ChatMessage("system", system)] if system else []
+
         def render(sources: str, question: str) -> str:
             user = f"{INSTRUCTIONS}\n\nSources:\n\n{sources}Question: {question}"
-            return fmt.render([ChatMessage("user", user)])
+            return fmt.render([*before, *turns, ChatMessage("user", user)])
     return render
+
+
+def _renderer(template: str | None) -> Callable[[str, str], str]:
+    return conversation_renderer(format_for_model(template))
+
+
+def fit_sources(engine: object, question: str, hits: Sequence[Hit], render: Callable[[str, str], str],
+                max_tokens: int) -> tuple[str, list[Source]]:
+    """build_prompt with the engine's tokenizer and its context budget: the context
+    minus the room the reply may take. `engine` is an app.engine.dflash.Engine."""
+
+    def count(text: str) -> int:
+        return len(engine.tokenize(text, add_special=False))
+
+    def truncate(text: str, n_tokens: int) -> str:
+        return engine.detokenize(engine.tokenize(text, add_special=False)[:max(n_tokens, 0)])
+
+    return build_prompt(question, hits, count, engine.n_ctx - max_tokens, render, truncate)
 
 
 def answer_question(engine: object, retriever: Retriever, question: str, collections: Sequence[str], *,
@@ -140,16 +164,7 @@ def answer_question(engine: object, retriever: Retriever, question: str, collect
         return Answer(question, NO_SOURCES, [], retrieval, finish_reason="no_sources")
 
     template = engine.target.chat_template()
-    render = _renderer(template)
-
-    def count(text: str) -> int:
-        return len(engine.tokenize(text, add_special=False))
-
-    def truncate(text: str, n_tokens: int) -> str:
-        return engine.detokenize(engine.tokenize(text, add_special=False)[:max(n_tokens, 0)])
-
-    budget = engine.n_ctx - params.max_tokens
-    prompt, sources = build_prompt(question, found.hits, count, budget, render, truncate)
+    prompt, sources = fit_sources(engine, question, found.hits, _renderer(template), params.max_tokens)
     retrieval["n_hits"] = len(found.hits)
     retrieval["n_sources_in_prompt"] = len(sources)
     retrieval["t_prompt_s"] = round(time.perf_counter() - t0 - found.t_total_s, 6)

@@ -20,6 +20,7 @@ from app.engine.stats import GenerationStats
 from app.errors import FlashDeskError
 from app.session.baseline import BASELINE_REQUEST, Baseline, measure_baseline
 from app.session.conversation_ops import ConversationError
+from app.session.documents import ChatDocuments
 from app.session.settings import ChatSettings
 from app.session.summary import RateSeries, ReplySummary, RunningTotals, summarize
 from app.store import Store
@@ -41,6 +42,7 @@ class ReplyUpdate:
     drafted_spans: list[list[int]] = field(default_factory=list)
     tps_series: list[float] = field(default_factory=list)
     finish_reason: str | None = None
+    sources: list[dict] = field(default_factory=list)  # the document sources in the prompt (Source.to_dict())
 
     @property
     def done(self) -> bool:
@@ -50,13 +52,20 @@ class ReplyUpdate:
 class ChatSession:
     """Turns stored conversations into prompts and streams the engine's replies into the store."""
 
-    def __init__(self, engine, store: Store, baseline: Baseline | None = None):  # noqa: ANN001
+    def __init__(self, engine, store: Store, baseline: Baseline | None = None,  # noqa: ANN001
+                 documents: ChatDocuments | None = None):
         self.engine = engine
         self.store = store
         self.baseline = baseline
+        # where chats with collections retrieve from (the default documents database unless given)
+        self.documents = documents or ChatDocuments()
         self.format: PromptFormat = _prompt_format(engine)
         names = [Path(engine.target.path).name] + ([Path(engine.drafter.path).name] if engine.drafter else [])
         self.model_label = " + ".join(names)
+
+    def close(self) -> None:
+        """Close the documents index (the engine and the store belong to the caller)."""
+        self.documents.close()
 
     def measure_baseline(self) -> Baseline:
         """Measure (once per loaded model) the plain-decoding speed replies are compared with."""
@@ -78,9 +87,17 @@ class ChatSession:
               policy=None) -> Iterator[ReplyUpdate]:  # noqa: ANN001 - a DraftPolicy
         """Answer the conversation's last user message; one update per decode step."""
         settings.validate()
-        text = self.format.render(self.prompt_messages(conv_id))
-        prompt = self.engine.tokenize(text)
+        messages = self.prompt_messages(conv_id)
         params = settings.to_params(self.format.stop)
+        collections = self.store.conversation(conv_id).collections
+        grounded = None
+        if collections:  # the chat answers from documents: sources for the last user message go in
+            grounded = self.documents.prompt(self.engine, self.format, messages, collections, params.max_tokens)
+            text = grounded.text
+        else:
+            text = self.format.render(messages)
+        sources = [s.to_dict() for s in grounded.sources] if grounded else []
+        prompt = self.engine.tokenize(text)
         if params.adaptive and policy is None and params.speculative and self.engine.has_drafter:
             policy = adaptive_policy(self.engine)
         before = RunningTotals()
@@ -88,7 +105,9 @@ class ChatSession:
             if m.role == "assistant" and m.stats and "generation" in m.stats:
                 before.add(GenerationStats.from_dict(m.stats["generation"]))
         events = self.engine.generate(prompt, params, cancel=cancel, policy=policy)  # may raise ContextOverflow
-        msg = self.store.add_message(conv_id, "assistant", "", status=STATUS_STREAMING, model=self.model_label)
+        # the sources are stored with the message from its first row: a reply shown is never without them
+        msg = self.store.add_message(conv_id, "assistant", "", status=STATUS_STREAMING, model=self.model_label,
+                                     sources=sources)
         base_tps = self.baseline.tokens_per_s if self.baseline else None
         base_src = self.baseline.source if self.baseline else ""
         content, spans, series = "", [], RateSeries()
@@ -108,11 +127,16 @@ class ChatSession:
                 payload = {"generation": st.to_dict(history=True) if final else _light_stats(st),
                            "summary": summ.to_dict(), "tps_series": [round(x, 2) for x in series.points],
                            "finish_reason": ev.finish_reason, "prompt_format": self.format.name}
+                if grounded is not None:
+                    payload["retrieval"] = grounded.retrieval
+                if final and sources:
+                    sources = _mark_cited(sources, content)
                 # persist first, then show: a crash after the yield loses nothing shown
                 self.store.update_message(msg.id, content=content, status=status, stats=payload,
-                                          drafted_spans=spans)
+                                          drafted_spans=spans, sources=sources if final and sources else None)
                 yield ReplyUpdate(conv_id, msg.id, ev.text, drafted, content, status, _snapshot(st), summ, payload,
-                                  [list(s) for s in spans], list(series.points), ev.finish_reason)
+                                  [list(s) for s in spans], list(series.points), ev.finish_reason,
+                                  [dict(s) for s in sources])
         except GeneratorExit:
             self.store.update_message(msg.id, status=STATUS_STOPPED)
             raise
@@ -141,6 +165,11 @@ def _prompt_format(engine) -> PromptFormat:  # noqa: ANN001
             eos = ""
     # BOS comes from tokenization (add_special), so the template gets an empty bos_token: no double BOS
     return format_for_model(template, bos_token="", eos_token=eos)
+
+
+def _mark_cited(sources: list[dict], answer: str) -> list[dict]:
+    """The sources with `cited` set where the answer mentions their number ([n])."""
+    return [{**s, "cited": f"[{s['n']}]" in answer} for s in sources]
 
 
 def _drafted_chars(engine, tokens: list[int], drafted: list[bool], n_text: int) -> int:  # noqa: ANN001

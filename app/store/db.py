@@ -17,7 +17,14 @@ from pathlib import Path
 from app.errors import FlashDeskError
 from app.store.records import STATUS_INTERRUPTED, STATUS_STREAMING, Conversation, Message
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+
+# columns added after version 1, as (table, column, declaration): added to older files when they open, so a
+# database written by an earlier FlashDesk keeps working (and an earlier FlashDesk ignores them)
+_ADDED_COLUMNS = [
+    ("conversations", "collections", "TEXT NOT NULL DEFAULT '[]'"),  # v2: the chat's document collections
+    ("messages", "sources", "TEXT NOT NULL DEFAULT '[]'"),  # v2: the document sources of a reply
+]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS conversations (
@@ -83,6 +90,7 @@ class Store:
             self._db.execute("PRAGMA foreign_keys=ON")
             with self._db:
                 self._db.executescript(_SCHEMA)
+                _add_missing_columns(self._db)
                 self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         except (sqlite3.DatabaseError, OSError) as e:
             raise StoreError(f"{path}: cannot open the FlashDesk database ({e}); "
@@ -131,6 +139,11 @@ class Store:
         with self._db:
             self._db.execute("UPDATE conversations SET overrides=? WHERE id=?", (json.dumps(overrides), conv_id))
 
+    def set_collections(self, conv_id: int, names: list[str]) -> None:
+        """The document collections the chat answers from (empty: a plain chat)."""
+        with self._db:
+            self._db.execute("UPDATE conversations SET collections=? WHERE id=?", (json.dumps(list(names)), conv_id))
+
     def delete_conversation(self, conv_id: int) -> None:
         with self._db:
             self._db.execute("DELETE FROM conversations WHERE id=?", (conv_id,))
@@ -140,14 +153,17 @@ class Store:
             self._db.execute("UPDATE conversations SET updated_at=? WHERE id=?", (time.time(), conv_id))
 
     # --- messages -------------------------------------------------------------
-    def add_message(self, conv_id: int, role: str, content: str, status: str = "done", model: str = "") -> Message:
+    def add_message(self, conv_id: int, role: str, content: str, status: str = "done", model: str = "",
+                    sources: list[dict] | None = None) -> Message:
+        """`sources`: the document sources a reply was given (Source.to_dict() forms)."""
         if role not in ("system", "user", "assistant"):
             raise StoreError(f"{self.path}: unknown message role {role!r}")
         now = time.time()
         with self._db:
             cur = self._db.execute(
-                "INSERT INTO messages(conversation_id, role, content, status, model, created_at, updated_at)"
-                " VALUES (?,?,?,?,?,?,?)", (conv_id, role, content, status, model, now, now))
+                "INSERT INTO messages(conversation_id, role, content, status, model, sources, created_at,"
+                " updated_at) VALUES (?,?,?,?,?,?,?,?)",
+                (conv_id, role, content, status, model, json.dumps(sources or []), now, now))
             self._db.execute("UPDATE conversations SET updated_at=? WHERE id=?", (now, conv_id))
         return self.message(cur.lastrowid)
 
@@ -163,7 +179,7 @@ class Store:
 
     def update_message(self, msg_id: int, *, content: str | None = None, status: str | None = None,
                        stats: dict | None = None, drafted_spans: list[list[int]] | None = None,
-                       error: str | None = None) -> None:
+                       error: str | None = None, sources: list[dict] | None = None) -> None:
         """Write the given fields in one commit (the streaming path calls this every step)."""
         sets, vals = ["updated_at=?"], [time.time()]
         for name, value in (("content", content), ("status", status), ("error", error)):
@@ -176,6 +192,9 @@ class Store:
         if drafted_spans is not None:
             sets.append("drafted_spans=?")
             vals.append(json.dumps(drafted_spans))
+        if sources is not None:
+            sets.append("sources=?")
+            vals.append(json.dumps(sources))
         vals.append(msg_id)
         with self._db:
             self._db.execute(f"UPDATE messages SET {', '.join(sets)} WHERE id=?", vals)
@@ -209,15 +228,26 @@ class Store:
                              "ON CONFLICT(key) DO UPDATE SET value=excluded.value", (key, json.dumps(value)))
 
 
+def _add_missing_columns(db: sqlite3.Connection) -> None:
+    for table, column, decl in _ADDED_COLUMNS:
+        have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+        if column not in have:
+            db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
+
+
 def _conversation(r: sqlite3.Row) -> Conversation:
+    names = _json(r["collections"], [])
     return Conversation(r["id"], r["title"], r["system_prompt"], _json(r["overrides"], {}),
-                        r["created_at"], r["updated_at"])
+                        r["created_at"], r["updated_at"],
+                        [str(n) for n in names] if isinstance(names, list) else [])
 
 
 def _message(r: sqlite3.Row) -> Message:
+    sources = _json(r["sources"], [])
     return Message(r["id"], r["conversation_id"], r["role"], r["content"], r["status"],
                    _json(r["stats"], None), _json(r["drafted_spans"], []), r["model"], r["error"],
-                   r["created_at"], r["updated_at"])
+                   r["created_at"], r["updated_at"],
+                   [d for d in sources if isinstance(d, dict)] if isinstance(sources, list) else [])
 
 
 def _json(text: str | None, default: object) -> object:

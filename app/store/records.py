@@ -20,6 +20,7 @@ class Conversation:
     overrides: dict = field(default_factory=dict)  # per-chat generation settings (only what differs)
     created_at: float = 0.0
     updated_at: float = 0.0
+    collections: list[str] = field(default_factory=list)  # document collections the chat answers from
 
 
 @dataclass
@@ -35,3 +36,4 @@ class Message:
     error: str = ""
     created_at: float = 0.0
     updated_at: float = 0.0
+    sources: list[dict] = field(default_factory=list)  # document sources given to a reply (Source.to_dict())

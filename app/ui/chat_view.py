@@ -27,10 +27,23 @@ from app.store import Message
 from app.store.records import STATUS_ERROR, STATUS_INTERRUPTED, STATUS_STOPPED, STATUS_STREAMING
 from app.ui.list_models import MessageListModel
 from app.ui.markdown_view import COPY_SCHEME, RenderedText, render_drafted, render_markdown
+from app.ui.sources_list import Opener, SourcesList
 
 RENDER_INTERVAL_MS = 100  # 10 renders a second read as smooth; each costs a Markdown parse and a relayout
 _STATUS_NOTE = {STATUS_STREAMING: "streaming…", STATUS_STOPPED: "stopped", STATUS_INTERRUPTED:
                 "interrupted (the app closed while this streamed; the text is kept)", STATUS_ERROR: "failed"}
+
+
+def sources_note(msg: Message) -> str:
+    """What the line above a reply's sources says ("" for a reply not answered from documents)."""
+    retrieval = (msg.stats or {}).get("retrieval")
+    if msg.sources:
+        return "Sources (click to open):"
+    if retrieval is None:
+        return ""
+    notes = "; ".join(retrieval.get("notes") or [])
+    return "No passage of " + ", ".join(retrieval.get("collections") or []) + " matched this question" + (
+        f" ({notes})" if notes else "")
 
 
 def message_stats_line(record: dict | None) -> str:
@@ -74,12 +87,16 @@ class MessageWidget(QFrame):
     editSubmitted = Signal(int, str)  # message id, new text (edit-and-resend)
     regenerateRequested = Signal()
     statsRequested = Signal(int)  # message id: show its stats in the panel
+    openFailed = Signal(str)  # a source file could not be opened: why
 
-    def __init__(self, msg: Message, parent: QWidget | None = None):
+    def __init__(self, msg: Message, parent: QWidget | None = None, opener: Opener | None = None):
         super().__init__(parent)
         self.setFrameShape(QFrame.Shape.StyledPanel)
         self.setObjectName(f"message-{msg.id}")
         self.msg = msg
+        self._opener = opener
+        self._shown_sources: list[dict] | None = None
+        self.sources_view: SourcesList | None = None  # made for replies that answered from documents
         self.colour_drafts = False
         self._rendered = RenderedText("")
         self._dirty = False
@@ -122,6 +139,12 @@ class MessageWidget(QFrame):
         self._edit_row.setLayout(edit_row)
         self._edit_row.hide()
         lay.addWidget(self._edit_row)
+        self.sources_label = QLabel()
+        self.sources_label.setStyleSheet("color:#6a717a; font-size:11px;")
+        self.sources_label.setWordWrap(True)
+        self.sources_label.hide()
+        lay.addWidget(self.sources_label)
+        self._sources_at = lay.count()  # where the list goes once there are sources
         self.stats_label = QLabel()
         self.stats_label.setStyleSheet("color:#6a717a; font-size:11px;")
         self.stats_label.setCursor(Qt.CursorShape.PointingHandCursor)
@@ -151,11 +174,31 @@ class MessageWidget(QFrame):
             self.stats_label.setToolTip(_stats_tooltip(msg.stats))
         self.edit_button.setVisible(user)
         self.stats_label.setVisible(not user)
+        self._show_sources(msg)
         self._dirty = True
         if immediate:
             self._render()
         elif not self._timer.isActive():
             self._timer.start()
+
+    def _show_sources(self, msg: Message) -> None:
+        # only when they change: this runs at every streamed step, and they are set once per reply
+        note = sources_note(msg)
+        if self.sources_label.text() != note:
+            self.sources_label.setText(note)
+            self.sources_label.setVisible(bool(note))
+        if msg.sources == self._shown_sources:
+            return
+        self._shown_sources = [dict(s) for s in msg.sources]
+        if self.sources_view is None and msg.sources:
+            self.sources_view = SourcesList(opener=self._opener, open_on_click=True)
+            self.sources_view.setObjectName("sources")
+            self.sources_view.openFailed.connect(self.openFailed)
+            self.layout().insertWidget(self._sources_at, self.sources_view)
+        if self.sources_view is not None:
+            self.sources_view.set_sources(msg.sources)
+            self.sources_view.fit_to_rows()
+            self.sources_view.setVisible(bool(msg.sources))
 
     def set_regenerate_visible(self, on: bool) -> None:
         self.regenerate_button.setVisible(on)
@@ -229,11 +272,13 @@ class ChatView(QScrollArea):
     editSubmitted = Signal(int, str)
     regenerateRequested = Signal()
     statsRequested = Signal(int)
+    openFailed = Signal(str)  # a reply's source file could not be opened: why
 
-    def __init__(self, model: MessageListModel, parent: QWidget | None = None):
+    def __init__(self, model: MessageListModel, parent: QWidget | None = None, opener: Opener | None = None):
         super().__init__(parent)
         self.setWidgetResizable(True)
         self._model = model
+        self._opener = opener  # opens a source at its page or line (default: app.documents.open_at)
         self._inner = QWidget()
         self._layout = QVBoxLayout(self._inner)
         self._layout.addStretch(1)
@@ -249,8 +294,9 @@ class ChatView(QScrollArea):
         self._rebuild()
 
     def _make(self, msg: Message) -> MessageWidget:
-        w = MessageWidget(msg)
+        w = MessageWidget(msg, opener=self._opener)
         w.set_colour_drafts(self.colour_drafts)
+        w.openFailed.connect(self.openFailed)
         w.editSubmitted.connect(self.editSubmitted)
         w.regenerateRequested.connect(self.regenerateRequested)
         w.statsRequested.connect(self.statsRequested)

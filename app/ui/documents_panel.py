@@ -1,6 +1,6 @@
 """The documents panel: collections, their files with state and errors, indexing
-progress with cancel; and SourcesList, the sources under an answer (activate
-one to open the file at its page or line).
+progress with cancel. (SourcesList, the sources under an answer, lives in
+app/ui/sources_list.py.)
 
 Indexing runs in an IndexWorker on its own QThread with its own database
 connection; the panel reads through another (SQLite WAL lets both work at
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 import threading
-from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QObject, Qt, QThread, QTimer, Signal, Slot
@@ -38,6 +37,7 @@ from PySide6.QtWidgets import (
 from app.documents.index import FAILED, INDEXED, PENDING, SKIPPED, DocumentIndex, FileRecord, default_db_path
 from app.documents.indexer import FileEvent, Indexer, IndexProgress
 from app.errors import FlashDeskError
+from app.ui.sources_list import SourcesList  # noqa: F401 - its home before app/ui/sources_list.py
 
 _STATE_COLOURS = {INDEXED: "#1b7f3b", PENDING: "#6a717a", SKIPPED: "#9a6700", FAILED: "#b42318"}
 
@@ -446,36 +446,3 @@ class DocumentsPanel(QWidget):
     def closeEvent(self, event) -> None:  # noqa: ANN001, N802 - Qt API
         self.shutdown()
         super().closeEvent(event)
-
-
-class SourcesList(QListWidget):
-    """The sources under an answer: "[n] file, page p" rows; activating one opens
-    the file at that page (PDF) or line (text and code)."""
-
-    openFailed = Signal(str)
-
-    def __init__(self, parent: QWidget | None = None,
-                 opener: Callable[[str, int | None, int | None], object] | None = None):
-        super().__init__(parent)
-        if opener is None:
-            from app.documents.open_at import open_at as opener
-        self._opener = opener
-        self.sources: list = []
-        self.itemActivated.connect(self._open)
-
-    def set_sources(self, sources: list) -> None:
-        """`sources`: app.documents.answer.Source objects (or their to_dict() forms)."""
-        self.clear()
-        self.sources = [s if isinstance(s, dict) else s.to_dict() for s in sources]
-        for s in self.sources:
-            where = f"page {s['page']}" if s.get("page") is not None else f"lines {s['line_start']}-{s['line_end']}"
-            item = QListWidgetItem(f"[{s['n']}] {s['name']}, {where}")
-            item.setToolTip(f"{s['file']}\nscore {s['score']:.4f}")
-            self.addItem(item)
-
-    def _open(self, item: QListWidgetItem) -> None:
-        s = self.sources[self.row(item)]
-        try:
-            self._opener(s["file"], s.get("page"), None if s.get("page") is not None else s.get("line_start"))
-        except FlashDeskError as e:
-            self.openFailed.emit(str(e))

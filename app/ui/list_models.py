@@ -100,8 +100,9 @@ class MessageListModel(QAbstractListModel):
         return list(self._rows)
 
     def apply_update(self, msg_id: int, content: str, status: str, stats: dict | None,
-                     drafted_spans: list[list[int]]) -> None:
-        """A streamed step of message `msg_id` (appended the first time it is seen)."""
+                     drafted_spans: list[list[int]], sources: list[dict] | None = None) -> None:
+        """A streamed step of message `msg_id` (appended the first time it is seen);
+        `sources`: its document sources, when the step carries them."""
         row = next((i for i, m in enumerate(self._rows) if m.id == msg_id), -1)
         if row < 0:
             msg = self._store.message(msg_id)
@@ -111,5 +112,7 @@ class MessageListModel(QAbstractListModel):
             row = len(self._rows) - 1
         m = self._rows[row]
         m.content, m.status, m.stats, m.drafted_spans = content, status, stats, drafted_spans
+        if sources is not None:
+            m.sources = sources
         idx = self.index(row)
         self.dataChanged.emit(idx, idx)

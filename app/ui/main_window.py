@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.documents.index import default_db_path
 from app.errors import FlashDeskError
 from app.session.chat_session import ReplyUpdate
 from app.session.conversation_ops import edit_user_message, prepare_regenerate, send_user_message
@@ -33,6 +34,7 @@ from app.session.models import ModelSpec
 from app.session.settings import ChatSettings
 from app.store import Store
 from app.ui.chat_view import ChatView
+from app.ui.collection_picker import CollectionPicker
 from app.ui.input_box import InputBox
 from app.ui.list_models import ConversationListModel, MessageListModel
 from app.ui.model_panel import ModelPanel
@@ -56,12 +58,15 @@ K_GEOMETRY, K_SPLITTER, K_DRAFT_INPUT, K_COLOUR = "window_geometry", "splitter_s
 
 
 class MainWindow(QMainWindow):
-    def __init__(self, db_path: str | Path, model: ModelSpec | None = None, autoload: bool = True):
+    def __init__(self, db_path: str | Path, model: ModelSpec | None = None, autoload: bool = True,
+                 documents_db: str | Path | None = None):
         super().__init__()
         self.setWindowTitle("FlashDesk")
         self.store = Store(db_path)
         self.store.recover_interrupted()
-        self.controller = EngineController(self.store.path, self)
+        # one documents index for the Documents panel, the chat's collection picker and retrieval
+        self.documents_db = Path(documents_db) if documents_db else default_db_path()
+        self.controller = EngineController(self.store.path, self, documents_db=self.documents_db)
         self.global_settings = ChatSettings.from_dict(self.store.get_setting(K_GENERATION))
         self.current_conv: int | None = None
         self.busy_conv: int | None = None
@@ -106,6 +111,8 @@ class MainWindow(QMainWindow):
         self.model_status = QLabel("no model loaded")
         self.model_status.setStyleSheet("color:#6a717a;")
         row.addWidget(self.model_status, 1)
+        self.collection_picker = CollectionPicker(self.documents_db)
+        row.addWidget(self.collection_picker)
         self.regenerate_button = QPushButton("Regenerate")
         self.stop_button = QPushButton("Stop")
         self.send_button = QPushButton("Send")
@@ -172,10 +179,14 @@ class MainWindow(QMainWindow):
         dock = self._docks.get(title)
         if dock is None:
             dock = QDockWidget(title, self)
-            widget = cls(dock)
+            # the documents panel works on the index the chats retrieve from
+            widget = cls(dock, db_path=self.documents_db) if hasattr(cls, "collectionsChanged") else cls(dock)
             dock.setWidget(widget)
             if hasattr(widget, "splitOverride"):  # the GPU split plan: overrides apply at the next load
                 widget.splitOverride.connect(self._split_override)
+            if hasattr(widget, "collectionsChanged"):  # new or removed collections show in the chat's picker
+                widget.collectionsChanged.connect(self.collection_picker.set_available)
+                self.collection_picker.set_available(widget.collection_names())
             self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, dock)
             self._docks[title] = dock
         if hasattr(dock.widget(), "set_plan"):
@@ -214,6 +225,8 @@ class MainWindow(QMainWindow):
         self.chat_view.regenerateRequested.connect(self.regenerate)
         self.chat_view.editSubmitted.connect(self.edit_and_resend)
         self.chat_view.statsRequested.connect(self._show_message_stats)
+        self.chat_view.openFailed.connect(self.show_error)
+        self.collection_picker.collectionsEdited.connect(self._collections_edited)
         self.sidebar.conversationSelected.connect(self.open_conversation)
         self.sidebar.newRequested.connect(self.new_conversation)
         self.sidebar.deleteRequested.connect(self.delete_conversation)
@@ -281,6 +294,7 @@ class MainWindow(QMainWindow):
         if conv_id == self.current_conv:
             self.current_conv = None
             self.msg_model.load(None)
+            self._show_settings()
             first = self.conv_model.conversation_at(0)
             if first is not None:
                 self.sidebar.select(first.id)
@@ -361,7 +375,8 @@ class MainWindow(QMainWindow):
         if self._closed:  # a step queued before shutdown; the store is closed
             return
         if u.conversation_id == self.current_conv:
-            self.msg_model.apply_update(u.message_id, u.content, u.status, u.record, u.drafted_spans)
+            self.msg_model.apply_update(u.message_id, u.content, u.status, u.record, u.drafted_spans,
+                                        u.sources if u.finish_reason is not None else None)
             # the panel redraws at most every STATS_INTERVAL_MS (a GPU can stream hundreds of steps a
             # second); the last step shows at once
             self._pending_stats = u
@@ -459,6 +474,13 @@ class MainWindow(QMainWindow):
         conv = self.store.conversation(self.current_conv) if self.current_conv is not None else None
         s = self.global_settings.merged(conv.overrides if conv else None)
         self.settings_panel.show_settings(s, bool(conv and conv.overrides), conv.system_prompt if conv else None)
+        self.collection_picker.set_selected(conv.collections if conv else [])
+
+    def _collections_edited(self, names: list[str]) -> None:
+        if self.current_conv is None:  # ticked before the first message: the chat starts here
+            self.new_conversation()
+        self.store.set_collections(self.current_conv, names)
+        self.collection_picker.set_selected(names)
 
     def _settings_edited(self, s: ChatSettings, this_chat: bool) -> None:
         if this_chat and self.current_conv is not None:
@@ -499,6 +521,9 @@ class MainWindow(QMainWindow):
         self.store.set_setting(K_GEOMETRY, bytes(self.saveGeometry().toHex()).decode())
         self.store.set_setting(K_SPLITTER, bytes(self.splitter.saveState().toHex()).decode())
         self.store.set_setting(K_DRAFT_INPUT, self.input.toPlainText())
+        for dock in self._docks.values():  # panels with their own threads (the indexer) join them now
+            if hasattr(dock.widget(), "shutdown"):
+                dock.widget().shutdown()
         self.controller.shutdown()
         self.store.close()
 

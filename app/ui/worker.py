@@ -57,9 +57,10 @@ class EngineWorker(QObject):
     replyEnded = Signal(int)  # conversation id: always sent last, after an update, a failure or nothing
     devicesFound = Signal(bool)  # a GPU is usable
 
-    def __init__(self, db_path: Path):
+    def __init__(self, db_path: Path, documents_db: Path | None = None):
         super().__init__()
         self._db_path = db_path
+        self._documents_db = documents_db  # the documents index chats with collections retrieve from
         self._store = None
         self._engine = None
         self._session = None
@@ -83,6 +84,7 @@ class EngineWorker(QObject):
     @Slot(object)
     def load(self, req: LoadRequest) -> None:
         from app.session.chat_session import ChatSession
+        from app.session.documents import ChatDocuments
         from app.session.models import bundled_spec, load_engine
         from gguf_tools.pair import check_pair
 
@@ -105,7 +107,7 @@ class EngineWorker(QObject):
                 self.loadFailed.emit(str(e))
             return
         self._engine = engine
-        self._session = ChatSession(engine, self._the_store())
+        self._session = ChatSession(engine, self._the_store(), documents=ChatDocuments(self._documents_db))
         self.loaded.emit(ModelInfo(spec, self._session.model_label, engine.has_drafter,
                                    engine.block_size, self._session.format.name, engine.n_ctx))
         if req.calibrate and engine.has_drafter:
@@ -158,6 +160,8 @@ class EngineWorker(QObject):
         QThread.currentThread().quit()
 
     def _close_engine(self) -> None:
+        if self._session is not None:
+            self._session.close()
         if self._engine is not None:
             self._engine.close()
         self._engine = None
@@ -173,11 +177,11 @@ class EngineController(QObject):
     _shutdownRequested = Signal()
     _probeRequested = Signal()
 
-    def __init__(self, db_path: Path, parent: QObject | None = None):
+    def __init__(self, db_path: Path, parent: QObject | None = None, documents_db: Path | None = None):
         super().__init__(parent)
         self.thread = QThread()
         self.thread.setObjectName("flashdesk-engine")
-        self.worker = EngineWorker(db_path)
+        self.worker = EngineWorker(db_path, documents_db)
         self.worker.moveToThread(self.thread)
         self._loadRequested.connect(self.worker.load)
         self._unloadRequested.connect(self.worker.unload)
