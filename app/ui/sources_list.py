@@ -45,6 +45,7 @@ class SourcesList(QListWidget):
         if open_on_click:  # in a chat a source reads as a link: one click opens it
             self.itemClicked.connect(self._open)
             self.setCursor(Qt.CursorShape.PointingHandCursor)
+            self.setStyleSheet("QListWidget { color: #1a5fb4; background: transparent; }")
 
     def set_sources(self, sources: list) -> None:
         """`sources`: app.documents.answer.Source objects (or their to_dict() forms)."""

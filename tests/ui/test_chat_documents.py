@@ -235,3 +235,18 @@ def test_the_window_answers_from_ticked_collections_and_opens_sources_at_their_p
     assert opened == [(str(pdf.resolve()), 2, None), (str(md.resolve()), None, port["line_start"])]
     cmd = open_at_module.open_command(*opened[0])
     assert cmd[-1].startswith(str(pdf.resolve())) or str(pdf.resolve()) in cmd
+
+
+def test_a_source_whose_file_is_gone_says_so_in_the_banner(qtbot, open_window, tmp_path: Path):  # noqa: ANN001
+    db = tmp_path / "db.sqlite3"
+    st = Store(db)
+    c = st.create_conversation()
+    st.add_message(c.id, "user", QUESTION)
+    gone = str(tmp_path / "moved.pdf")
+    st.add_message(c.id, "assistant", "Tomas Brandt.", sources=[
+        {"n": 1, "file": gone, "name": "moved.pdf", "page": 2, "line_start": 1, "line_end": 3, "score": 1.0}])
+    st.close()
+    w = open_window(db, None)  # the real opener: it checks the file before starting any viewer
+    view = _reply_widget(w).sources_view
+    _click_source(qtbot, view, 0)
+    assert w.banner.isVisible() and gone in w.banner.text() and "no longer there" in w.banner.text()
