@@ -28,7 +28,7 @@ pytestmark = pytest.mark.gemma
 def docs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("corpus")
     build_corpus(root)
-    db = root.parent / "docs.sqlite3"
+    db = tmp_path_factory.mktemp("answer-index") / "docs.sqlite3"  # not the shared basetemp
     with DocumentIndex(db) as index:
         index.add_roots(index.ensure_collection("corpus"), [root])
         Indexer(index).run("corpus")

@@ -41,7 +41,8 @@ def recall_at(index: DocumentIndex, retriever: Retriever, questions: list, k: in
 def indexed(tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("corpus")
     questions = build_corpus(root)
-    index = DocumentIndex(root.parent / "docs.sqlite3")
+    # its own folder: root.parent is the session basetemp, shared with other modules
+    index = DocumentIndex(tmp_path_factory.mktemp("retrieval-index") / "docs.sqlite3")
     cid = index.ensure_collection("corpus")
     index.add_roots(cid, [root])
     progress = Indexer(index).run("corpus")
