@@ -85,7 +85,10 @@ def run_mode(engine: Engine, tokens: list[int], mode: str, max_tokens: int, draf
 
 def bench(engine: Engine, prompts: list[BenchPrompt], modes: list[str], max_tokens: int = 128,
           draft_max: int | None = None, check: bool = True,
-          progress: Callable[[str], None] | None = None) -> dict:
+          progress: Callable[[str], None] | None = None,
+          partial: Callable[[dict], None] | None = None) -> dict:
+    """Every mode on every prompt, interleaved. `partial` gets the result so far after each prompt
+    (the CLI writes it to the JSON file, so a long run that is stopped keeps what it measured)."""
     for m in modes:
         if m not in MODES:
             raise ValueError(f"unknown mode {m!r}; expected some of {', '.join(MODES)}")
@@ -122,6 +125,9 @@ def bench(engine: Engine, prompts: list[BenchPrompt], modes: list[str], max_toke
                 bits.append(f"{m} x{e['speedup']:.2f} tau {e['tau']:.2f}"
                             + (f" lossless={e['lossless']}" if check else ""))
             progress(f"[{i + 1}/{len(prompts)} {time.time() - t0:.0f}s] {bp.id} ({bp.category}): " + ", ".join(bits))
+        if partial and i + 1 < len(prompts):
+            partial({"modes": modes, "max_tokens": max_tokens, "draft_max": draft_max, "prompts": list(rows),
+                     "summary": summarize(rows, modes), "complete": False})
     return {"modes": modes, "max_tokens": max_tokens, "draft_max": draft_max, "prompts": rows,
             "summary": summarize(rows, modes)}
 
@@ -156,7 +162,11 @@ def summarize(rows: list[dict], modes: list[str]) -> dict:
 
 
 def write_json(result: dict, path: str | Path) -> None:
-    Path(path).write_text(json.dumps(result, indent=2))
+    """Atomically (temp file + rename): the file is rewritten after every prompt."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(result, indent=2))
+    tmp.replace(path)
 
 
 def log(msg: str) -> None:

@@ -90,7 +90,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     prompts = bench.load_prompts(args.prompts, args.limit)
     modes = [m.strip() for m in args.mode.split(",") if m.strip()]
     result = bench.bench(engine, prompts, modes, max_tokens=args.max_tokens, draft_max=args.draft_max,
-                         check=not args.no_check, progress=bench.log)
+                         check=not args.no_check, progress=bench.log,
+                         partial=(lambda r: bench.write_json(r, args.json)) if args.json else None)
     result["target"] = str(engine.target.path)
     result["drafter"] = str(engine.drafter.path) if engine.drafter else None
     if args.json:

@@ -40,6 +40,24 @@ def test_generate_reports_a_truncated_drafter_clearly(tiny_pair: tuple[Path, Pat
     assert str(bad) in err and "truncated" in err
 
 
+def test_bench_hands_out_the_result_so_far_after_each_prompt(tiny_pair: tuple[Path, Path]) -> None:
+    """A long bench that is stopped keeps what it measured: the CLI writes these to --json."""
+    from app.bench import BenchPrompt, bench
+    from app.engine.dflash import Engine, EngineConfig
+
+    e = Engine(*tiny_pair, EngineConfig(n_ctx=512, n_threads=1))
+    try:
+        seen: list[dict] = []
+        prompts = [BenchPrompt(id=f"p{i}", prompt=p, category="tiny", format="raw")
+                   for i, p in enumerate(["the cat sat on", "a dog ran to"])]
+        final = bench(e, prompts, ["plain", "fixed"], max_tokens=8, partial=seen.append)
+    finally:
+        e.close()
+    assert len(seen) == 1 and seen[0]["complete"] is False
+    assert [r["id"] for r in seen[0]["prompts"]] == ["p0"] and "complete" not in final
+    assert [r["id"] for r in final["prompts"]] == ["p0", "p1"]
+
+
 @pytest.mark.gemma
 def test_bench_on_gemma_with_a_synthetic_drafter_is_lossless(gemma_target: Path, gemma_random_drafter: Path,
                                                              tmp_path: Path) -> None:
