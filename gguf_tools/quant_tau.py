@@ -64,18 +64,31 @@ def measure_variant(target: Path, drafter: Path, prompts: list, max_tokens: int,
             "prompts": rows}
 
 
+def _is_f16_export(drafter: Path) -> bool:
+    """A drafter whose layer weights are F16 and whose fc is F32 (what `gguf_tools distill` writes)."""
+    from gguf_tools.reader import read_gguf
+
+    types = {t.name: t.type_name for t in read_gguf(drafter).tensors}
+    return types.get("fc.weight") == "F32" and types.get("blk.0.ffn_up.weight") == "F16"
+
+
 def sweep(target: Path, drafter: Path, prompts: list, variants: list[str], out_dir: Path, max_tokens: int,
           draft_max: int | None) -> dict:
     """Quantize `drafter` into each variant and measure it."""
     results = []
     for v in variants:
         base, keep = parse_variant(v)
-        q = quantize(drafter, out_dir / f"{drafter.stem}-{v.replace('+', '-keep-')}.gguf", base,
-                     keep_sensitive=keep)
-        m = measure_variant(target, Path(q.output), prompts, max_tokens, draft_max)
-        results.append({"variant": v, "file_type": base, "keep_sensitive": keep, "file": q.output,
-                        "bytes": q.bytes_out} | m)
-        print(f"{v}: tau {m['tau']:.3f}, acceptance {m['acceptance_rate']:.3f}, {q.bytes_out / 1e6:.1f} MB",
+        if base == "F16" and keep is None and _is_f16_export(drafter):
+            # the distill export already is F16 (with fc F32, which an F16 requantization cannot keep)
+            path, size = drafter, drafter.stat().st_size
+        else:
+            q = quantize(drafter, out_dir / f"{drafter.stem}-{v.replace('+', '-keep-')}.gguf", base,
+                         keep_sensitive=keep)
+            path, size = Path(q.output), q.bytes_out
+        m = measure_variant(target, path, prompts, max_tokens, draft_max)
+        results.append({"variant": v, "file_type": base, "keep_sensitive": keep, "file": str(path),
+                        "bytes": size} | m)
+        print(f"{v}: tau {m['tau']:.3f}, acceptance {m['acceptance_rate']:.3f}, {size / 1e6:.1f} MB",
               file=sys.stderr, flush=True)
     return {"target": str(target), "drafter": str(drafter), "n_prompts": len(prompts), "max_tokens": max_tokens,
             "draft_max": draft_max, "variants": results}

@@ -69,10 +69,21 @@ def _ggml_type(name: str) -> int:
     return int(GGMLQuantizationType[name.upper()])
 
 
+FC_PATTERN = SENSITIVE_PATTERNS[0]
+
+
 def tensor_overrides(keep_sensitive: str | None, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """Regex -> tensor type, the sensitive-tensor preset first, then explicit ones."""
+    """Regex -> tensor type, the sensitive-tensor preset first, then explicit ones.
+
+    `fc` never becomes F16: ggml converts an F16 matmul's activations to F16, and the target's
+    hidden states that fc reads exceed 65504 (Gemma's do), which turns every draft into NaN.
+    Quantized types are safe (their activations are block-scaled), so fc stays F32 only where
+    it would otherwise be F16. (llama.cpp applies overrides only under a quantized file type;
+    `quantize` refuses an all-F16 drafter for the same reason.)"""
     out = {p: keep_sensitive for p in SENSITIVE_PATTERNS} if keep_sensitive else {}
     out.update(extra or {})
+    if out.get(FC_PATTERN, "").upper() == "F16":
+        out[FC_PATTERN] = "F32"
     return out
 
 
@@ -91,6 +102,11 @@ def quantize(src: str | Path, dst: str | Path, file_type: str = "Q4_K_M", *, kee
     params.nthread = threads
     # requantizing an already-quantized file loses precision twice: allow it only from float files
     params.allow_requantize = False
+    if file_type.upper() == "F16" and any(t.name == "fc.weight" for t in info.tensors):
+        raise QuantizeError(f"{src_p}: an F16 drafter would have an F16 fc, which overflows on target hidden states "
+                            f"past 65504 (Gemma's) and makes every draft NaN; llama.cpp cannot keep one tensor "
+                            f"F32 under an F16 file type. Use the F16 export of `gguf_tools distill` as it is "
+                            f"(fc stays F32), or a quantized type such as Q8_0")
     table = tensor_overrides(keep_sensitive, overrides)
     keep: list = []  # ctypes buffers must outlive the call
     if table:

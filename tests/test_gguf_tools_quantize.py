@@ -32,7 +32,7 @@ def _drafts(target: Path, drafter: Path, n_ctx: int = 256, text: str = "the cat"
         e.close()
 
 
-@pytest.mark.parametrize("ftype, expect", [("F16", "F16"), ("Q8_0", "Q8_0")])
+@pytest.mark.parametrize("ftype, expect", [("Q8_0", "Q8_0"), ("Q5_0", "Q5_0")])
 def test_quantize_tiny_drafter(tiny_pair: tuple[Path, Path], tmp_path: Path, ftype: str, expect: str) -> None:
     target, drafter = tiny_pair
     res = quantize(drafter, tmp_path / "q.gguf", ftype)
@@ -44,13 +44,20 @@ def test_quantize_tiny_drafter(tiny_pair: tuple[Path, Path], tmp_path: Path, fty
     assert _drafts(target, Path(res.output)) > 0
 
 
+def test_an_all_f16_drafter_is_refused_because_its_fc_would_overflow(tiny_pair: tuple[Path, Path],
+                                                                     tmp_path: Path) -> None:
+    with pytest.raises(QuantizeError, match="fc.*65504"):
+        quantize(tiny_pair[1], tmp_path / "f16.gguf", "F16")
+    assert not list(tmp_path.iterdir())
+
+
 def test_keep_sensitive_keeps_fc_and_kv_at_higher_precision(tiny_pair: tuple[Path, Path], tmp_path: Path) -> None:
     target, drafter = tiny_pair
     plain = quantize(drafter, tmp_path / "plain.gguf", "Q8_0")
     mixed = quantize(drafter, tmp_path / "mixed.gguf", "Q8_0", keep_sensitive="F16")
     for name in SENSITIVE:
         assert plain.tensor_types[name] == "Q8_0"
-        assert mixed.tensor_types[name] == "F16", name
+        assert mixed.tensor_types[name] == ("F32" if name == "fc.weight" else "F16"), name
     for name in ("blk.0.attn_q.weight", "blk.0.attn_output.weight", "blk.1.ffn_down.weight"):
         assert mixed.tensor_types[name] == "Q8_0"
     assert mixed.bytes_out > plain.bytes_out
@@ -111,11 +118,11 @@ def test_tau_sweep_prints_json_per_variant(tiny_pair: tuple[Path, Path], tmp_pat
     prompts.write_text(json.dumps({"id": "a", "prompt": "the cat is on the mat", "format": "raw"}) + "\n")
     full = tmp_path / "full.json"
     rc = quant_tau_main(["--target", str(tiny_pair[0]), "--drafter", str(tiny_pair[1]), "--prompts", str(prompts),
-                         "--variants", "F16,Q8_0+F16", "--max-tokens", "8", "--draft-max", "3",
+                         "--variants", "Q8_0,Q8_0+F16", "--max-tokens", "8", "--draft-max", "3",
                          "--out-dir", str(tmp_path), "--json", str(full)])
     assert rc == 0
     summary = json.loads(capsys.readouterr().out)
-    assert set(summary) == {"F16", "Q8_0+F16"}
+    assert set(summary) == {"Q8_0", "Q8_0+F16"}
     for v in summary.values():
         assert v["tau"] >= 1.0 and 0.0 <= v["acceptance_rate"] <= 1.0
     detail = json.loads(full.read_text())
