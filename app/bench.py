@@ -98,6 +98,11 @@ def bench(engine: Engine, prompts: list[BenchPrompt], modes: list[str], max_toke
         raise ValueError("speculative modes need a drafter")
     rows = []
     t0 = time.time()
+
+    def result(rows: list[dict]) -> dict:
+        return {"modes": modes, "max_tokens": max_tokens, "draft_max": draft_max, "prompts": list(rows),
+                "summary": summarize(rows, modes)}
+
     for i, bp in enumerate(prompts):
         text, stop = prompt_text(bp)
         tokens = engine.tokenize(text)
@@ -126,10 +131,8 @@ def bench(engine: Engine, prompts: list[BenchPrompt], modes: list[str], max_toke
                             + (f" lossless={e['lossless']}" if check else ""))
             progress(f"[{i + 1}/{len(prompts)} {time.time() - t0:.0f}s] {bp.id} ({bp.category}): " + ", ".join(bits))
         if partial and i + 1 < len(prompts):
-            partial({"modes": modes, "max_tokens": max_tokens, "draft_max": draft_max, "prompts": list(rows),
-                     "summary": summarize(rows, modes), "complete": False})
-    return {"modes": modes, "max_tokens": max_tokens, "draft_max": draft_max, "prompts": rows,
-            "summary": summarize(rows, modes)}
+            partial(result(rows) | {"complete": False})
+    return result(rows)
 
 
 def _median(xs: list[float]) -> float:

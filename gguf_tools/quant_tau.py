@@ -24,6 +24,7 @@ from pathlib import Path
 
 from app.errors import FlashDeskError
 from gguf_tools.quantize import quantize
+from gguf_tools.reader import read_gguf
 
 DEFAULT_VARIANTS = ("F16", "Q8_0", "Q4_K_M", "Q4_K_M+Q8_0")
 
@@ -66,8 +67,6 @@ def measure_variant(target: Path, drafter: Path, prompts: list, max_tokens: int,
 
 def _is_f16_export(drafter: Path) -> bool:
     """A drafter whose layer weights are F16 and whose fc is F32 (what `gguf_tools distill` writes)."""
-    from gguf_tools.reader import read_gguf
-
     types = {t.name: t.type_name for t in read_gguf(drafter).tensors}
     return types.get("fc.weight") == "F32" and types.get("blk.0.ffn_up.weight") == "F16"
 

@@ -33,7 +33,8 @@ FILE_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q6_K", "Q5_K_M", "Q5_K_S", "Q5_0", 
 TENSOR_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q6_K", "Q5_K", "Q5_0", "Q5_1", "Q4_K", "Q4_0", "Q4_1", "Q3_K",
                 "Q2_K", "IQ4_NL", "IQ4_XS")
 # the drafter's sensitive tensors: fc and every layer's attention K and V
-SENSITIVE_PATTERNS = (r"^fc\.weight$", r"attn_k\.weight$", r"attn_v\.weight$")
+FC_PATTERN = r"^fc\.weight$"
+SENSITIVE_PATTERNS = (FC_PATTERN, r"attn_k\.weight$", r"attn_v\.weight$")
 
 
 class QuantizeError(FlashDeskError):
@@ -69,9 +70,6 @@ def _ggml_type(name: str) -> int:
     return int(GGMLQuantizationType[name.upper()])
 
 
-FC_PATTERN = SENSITIVE_PATTERNS[0]
-
-
 def tensor_overrides(keep_sensitive: str | None, extra: dict[str, str] | None = None) -> dict[str, str]:
     """Regex -> tensor type, the sensitive-tensor preset first, then explicit ones.
 
@@ -94,6 +92,11 @@ def quantize(src: str | Path, dst: str | Path, file_type: str = "Q4_K_M", *, kee
     info = read_gguf(src_p)  # a clear error for a missing, truncated or corrupt input, before llama.cpp sees it
     if src_p.resolve() == dst_p.resolve():
         raise QuantizeError(f"{dst_p}: the output would overwrite the input")
+    if file_type.upper() == "F16" and any(t.name == "fc.weight" for t in info.tensors):
+        raise QuantizeError(f"{src_p}: an F16 drafter would have an F16 fc, which overflows on target hidden states "
+                            f"past 65504 (Gemma's) and makes every draft NaN; llama.cpp cannot keep one tensor "
+                            f"F32 under an F16 file type. Use the F16 export of `gguf_tools distill` as it is "
+                            f"(fc stays F32), or a quantized type such as Q8_0")
     from native.lib import load
 
     lc = load()
@@ -102,11 +105,6 @@ def quantize(src: str | Path, dst: str | Path, file_type: str = "Q4_K_M", *, kee
     params.nthread = threads
     # requantizing an already-quantized file loses precision twice: allow it only from float files
     params.allow_requantize = False
-    if file_type.upper() == "F16" and any(t.name == "fc.weight" for t in info.tensors):
-        raise QuantizeError(f"{src_p}: an F16 drafter would have an F16 fc, which overflows on target hidden states "
-                            f"past 65504 (Gemma's) and makes every draft NaN; llama.cpp cannot keep one tensor "
-                            f"F32 under an F16 file type. Use the F16 export of `gguf_tools distill` as it is "
-                            f"(fc stays F32), or a quantized type such as Q8_0")
     table = tensor_overrides(keep_sensitive, overrides)
     keep: list = []  # ctypes buffers must outlive the call
     if table:
