@@ -116,11 +116,15 @@ def scan_tap_architectures(llama_dir: Path) -> list[str]:
     return sorted(names[e] for e, cls in enum_to_class.items() if e in names and has_taps(cls))
 
 
-def cuda_toolkit_flags(work: Path) -> list[str]:
+def cuda_toolkit_flags(work: Path) -> tuple[list[str], list[str]]:
     """Fill gaps of a pip-installed CUDA toolkit (nvcc without cuBLAS or the
     driver stub, as on FlashDesk's build machines): fetch cuBLAS from PyPI
     and build without the driver-API memory pool (VMM) when there is no
-    libcuda to link. A full toolkit needs neither and gets no extra flags."""
+    libcuda to link. A full toolkit needs neither and gets no extra flags.
+
+    Also returns the CUDA runtime libraries the build links (cudart, cuBLAS)
+    as full paths: the toolkit's lib folder is often not on the loader's
+    path, and the PyPI cuBLAS never is, so native.lib preloads them."""
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         raise BuildError("the cuda variant needs nvcc on PATH (CUDA toolkit 12 or 13)")
@@ -134,6 +138,7 @@ def cuda_toolkit_flags(work: Path) -> list[str]:
         if (cand / "include" / "cuda_runtime.h").exists():
             toolkit = cand
     flags: list[str] = []
+    lib_dirs = [toolkit / "lib64", toolkit / "lib"]
     if not (toolkit / "include" / "cublas_v2.h").exists():
         wheel_dir = config.cache_root() / f"cublas-{major}.{minor}"
         if not wheel_dir.exists():
@@ -146,6 +151,7 @@ def cuda_toolkit_flags(work: Path) -> list[str]:
                 zf.extractall(wheel_dir)
         inc = next(wheel_dir.glob("nvidia/*/include"))
         lib = inc.parent / "lib"
+        lib_dirs.append(lib)
         flags += [f"-DCUDA_cublas_LIBRARY={next(lib.glob('libcublas.so*'))}",
                   f"-DCUDA_cublasLt_LIBRARY={next(lib.glob('libcublasLt.so*'))}",
                   f"-DCMAKE_CUDA_FLAGS=-isystem {inc}", f"-DCMAKE_CXX_FLAGS=-isystem {inc}"]
@@ -154,7 +160,17 @@ def cuda_toolkit_flags(work: Path) -> list[str]:
     if not has_driver:
         log("no libcuda (driver or stub) to link: building without the VMM memory pool")
         flags.append("-DGGML_CUDA_NO_VMM=ON")
-    return flags
+    return flags, cuda_runtime_libs(lib_dirs, major)
+
+
+def cuda_runtime_libs(lib_dirs: list[Path], major: str) -> list[str]:
+    """cudart, cuBLASLt, cuBLAS of CUDA `major` (in load order) found in lib_dirs."""
+    found = []
+    for name in ("libcudart", "libcublasLt", "libcublas"):
+        hits = [d / f"{name}.so.{major}" for d in lib_dirs if (d / f"{name}.so.{major}").exists()]
+        if hits:
+            found.append(str(hits[0].resolve()))
+    return found
 
 
 def run_streamed(cmd: list[str], cwd: Path, log_file: Path) -> None:
@@ -182,12 +198,19 @@ def build(variant: str, force: bool = False, jobs: int | None = None) -> Path:
         log(f"cached: {out}")
         return out
     tarball = fetch_sdist()
+    # the work folder is keyed like the cache, so an interrupted build (the
+    # CUDA variant takes hours on a small CPU) resumes where make stopped
     work = config.cache_root() / f"work-{config.build_key(variant)}"
-    sdist_dir = extract_sdist(tarball, work)
-    llama_dir = sdist_dir / "vendor" / "llama.cpp"
-    # the vendored tree carries a submodule .git file that confuses tools
-    (llama_dir / ".git").unlink(missing_ok=True)
-    apply_patches(llama_dir)
+    sources_ready = work / "sources.ok"
+    llama_dir = work / SDIST_NAME / "vendor" / "llama.cpp"
+    if sources_ready.exists() and not force:
+        log(f"resuming the build in {work}")
+    else:
+        extract_sdist(tarball, work)
+        # the vendored tree carries a submodule .git file that confuses tools
+        (llama_dir / ".git").unlink(missing_ok=True)
+        apply_patches(llama_dir)
+        sources_ready.write_text(config.patch_hash())
     tap_archs = scan_tap_architectures(llama_dir)
     log(f"architectures with hidden-state taps: {', '.join(tap_archs)}")
 
@@ -195,7 +218,7 @@ def build(variant: str, force: bool = False, jobs: int | None = None) -> Path:
     log_file = work / "build.log"
     jobs = jobs or os.cpu_count() or 2
     t0 = time.time()
-    extra = cuda_toolkit_flags(work) if variant == "cuda" else []
+    extra, runtime_libs = cuda_toolkit_flags(work) if variant == "cuda" else ([], [])
     run_streamed(["cmake", "-S", str(llama_dir), "-B", str(bdir), *config.VARIANT_FLAGS[variant], *extra],
                  work, log_file)
     run_streamed(["cmake", "--build", str(bdir), "--config", "Release", "-j", str(jobs),
@@ -203,6 +226,7 @@ def build(variant: str, force: bool = False, jobs: int | None = None) -> Path:
     seconds = time.time() - t0
 
     staged = work / "staged"
+    shutil.rmtree(staged, ignore_errors=True)
     lib = staged / "lib"
     lib.mkdir(parents=True)
     for f in (bdir / "bin").iterdir():
@@ -218,6 +242,7 @@ def build(variant: str, force: bool = False, jobs: int | None = None) -> Path:
         "variant": variant,
         "cmake_flags": config.VARIANT_FLAGS[variant] + extra,
         "tap_architectures": tap_archs,
+        "runtime_libs": runtime_libs,
         "build_seconds": round(seconds, 1),
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }

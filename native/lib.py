@@ -28,6 +28,7 @@ class BuildInfo:
     llama_cpp_commit: str
     patch_hash: str
     tap_architectures: tuple[str, ...]
+    runtime_libs: tuple[str, ...] = ()
 
 
 def build_info(variant: str | None = None) -> BuildInfo:
@@ -49,6 +50,7 @@ def build_info(variant: str | None = None) -> BuildInfo:
         llama_cpp_commit=info["llama_cpp_commit"],
         patch_hash=info["patch_hash"],
         tap_architectures=tuple(info["tap_architectures"]),
+        runtime_libs=tuple(info.get("runtime_libs", ())),
     )
 
 
@@ -64,6 +66,7 @@ def load() -> ModuleType:
     os.environ["LLAMA_CPP_LIB_PATH"] = str(info.lib_dir)
     # a failed GGML_ASSERT would otherwise attach gdb to print a backtrace
     os.environ.setdefault("GGML_NO_BACKTRACE", "1")
+    _preload_runtime_libs(info)
     import llama_cpp.llama_cpp as lc  # noqa: PLC0415 - must follow the env var
 
     loaded_from = Path(lc._base_path).resolve()
@@ -80,6 +83,17 @@ def load() -> ModuleType:
     _quiet_logs(lc)
     _loaded = lc
     return lc
+
+
+def _preload_runtime_libs(info: BuildInfo) -> None:
+    """Load the CUDA runtime the build linked (cudart, cuBLAS) by full path,
+    so libggml-cuda finds them by soname even when their folder is not on
+    the loader's path (a PyPI cuBLAS, a toolkit outside ld.so.conf)."""
+    import ctypes
+
+    for path in info.runtime_libs:
+        if Path(path).exists():  # else the system loader's own search decides
+            ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
 
 
 def _quiet_logs(lc: ModuleType) -> None:

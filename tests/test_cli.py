@@ -111,3 +111,19 @@ def test_native_build_is_cached() -> None:
     key = config.build_key("cpu")
     assert key.startswith("0.3.36-cpu-") and (config.build_dir("cpu") / "build_info.json").exists()
     assert config.build_key("cpu") != config.build_key("cuda")
+
+
+def test_cuda_runtime_libs_found_in_load_order(tmp_path: Path) -> None:
+    """The CUDA build records cudart and cuBLAS by full path (a PyPI cuBLAS is
+    never on the loader's path), for native.lib to preload before libllama."""
+    from native.build import cuda_runtime_libs
+
+    toolkit, wheel = tmp_path / "cuda" / "lib64", tmp_path / "cublas" / "lib"
+    toolkit.mkdir(parents=True)
+    wheel.mkdir(parents=True)
+    for f in (toolkit / "libcudart.so.13", toolkit / "libcudart.so.12", wheel / "libcublas.so.13",
+              wheel / "libcublasLt.so.13"):
+        f.write_bytes(b"")
+    got = cuda_runtime_libs([toolkit, tmp_path / "missing", wheel], "13")
+    assert got == [str(toolkit / "libcudart.so.13"), str(wheel / "libcublasLt.so.13"), str(wheel / "libcublas.so.13")]
+    assert cuda_runtime_libs([toolkit], "12") == [str(toolkit / "libcudart.so.12")]
