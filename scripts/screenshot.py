@@ -24,7 +24,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-QUESTIONS = ["What is the capital of France?", "Tell me a story about a lighthouse keeper and a storm."]
+QUESTIONS = ["What is the capital of France?",
+             "Write a Python function that returns the n-th Fibonacci number, with a docstring."]
 
 
 def start_xvfb(size: str = "1600x1000x24") -> subprocess.Popen | None:
@@ -144,10 +145,7 @@ def main() -> int:
     shot.save(str(out), "PNG")
     print(f"wrote {out} ({shot.width()}x{shot.height()}), {len(steps)} steps into the reply", flush=True)
     release.set()
-    win.stop()
-    QTimer.singleShot(0, win.close)
-    wait(lambda: win.busy_conv is None, 120)
-    win.shutdown()
+    win.close()  # closeEvent stops the worker within a step and closes the database
     if xvfb is not None:
         xvfb.terminate()
     shutil.rmtree(data, ignore_errors=True)
