@@ -20,6 +20,8 @@ import gguf
 import numpy as np
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
+from gguf_tools.header import add_transformer_header
+
 Q = GGMLQuantizationType
 
 
@@ -206,15 +208,8 @@ def write_target_shape(path: str | Path, s: ModelShape) -> Path:
     w = gguf.GGUFWriter(str(path), s.arch)
     w.add_name(s.name or f"{s.arch}-shaped")
     w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_K_M)
-    w.add_context_length(s.n_ctx_train)
-    w.add_embedding_length(s.n_embd)
-    w.add_block_count(s.n_layer)
-    w.add_feed_forward_length(s.n_ff)
-    w.add_head_count(s.n_head)
-    w.add_head_count_kv(s.n_head_kv)
-    w.add_key_length(s.head_dim)
-    w.add_value_length(s.head_dim)
-    w.add_layer_norm_rms_eps(1e-6)
+    add_transformer_header(w, n_ctx=s.n_ctx_train, n_embd=s.n_embd, n_layer=s.n_layer, n_ff=s.n_ff,
+                           n_head=s.n_head, n_head_kv=s.n_head_kv, head_dim=s.head_dim)
     w.add_rope_freq_base(1e6)
     if s.sliding_window:
         w.add_sliding_window(s.sliding_window)
@@ -237,15 +232,8 @@ def write_drafter_shape(path: str | Path, d: DrafterShape) -> Path:
     w = gguf.GGUFWriter(str(path), "dflash")
     w.add_name(d.name or "dflash-shaped")
     w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_K_M)
-    w.add_context_length(d.n_ctx_train)
-    w.add_embedding_length(d.n_embd)
-    w.add_block_count(d.n_layer)
-    w.add_feed_forward_length(d.n_ff)
-    w.add_head_count(d.n_head)
-    w.add_head_count_kv(d.n_head_kv)
-    w.add_key_length(d.head_dim)
-    w.add_value_length(d.head_dim)
-    w.add_layer_norm_rms_eps(1e-6)
+    add_transformer_header(w, n_ctx=d.n_ctx_train, n_embd=d.n_embd, n_layer=d.n_layer, n_ff=d.n_ff,
+                           n_head=d.n_head, n_head_kv=d.n_head_kv, head_dim=d.head_dim)
     w.add_target_layers(list(d.target_layers))
     w.add_block_size(d.block_size)
     return _write(path, w, drafter_tensors(d), d.n_layer, False, d.n_head // max(1, d.n_head_kv))

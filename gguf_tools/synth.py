@@ -20,6 +20,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 
+from gguf_tools.header import add_transformer_header
 from gguf_tools.reader import read_gguf
 
 # Architectures with a tiny-target recipe here (see _layer_tensors).
@@ -139,15 +140,8 @@ def write_tiny_target(path: str | Path, arch: str = "qwen3", shape: TinyShape = 
     s = shape
     w = gguf.GGUFWriter(str(path), arch)
     w.add_name("flashdesk tiny random target")  # no arch in the name: llama.cpp special-cases "phi3" names
-    w.add_context_length(s.n_ctx)
-    w.add_embedding_length(s.n_embd)
-    w.add_block_count(s.n_layer)
-    w.add_feed_forward_length(s.n_ff)
-    w.add_head_count(s.n_head)
-    w.add_head_count_kv(s.n_head_kv)
-    w.add_key_length(s.head_dim)
-    w.add_value_length(s.head_dim)
-    w.add_layer_norm_rms_eps(1e-6)
+    add_transformer_header(w, n_ctx=s.n_ctx, n_embd=s.n_embd, n_layer=s.n_layer, n_ff=s.n_ff,
+                           n_head=s.n_head, n_head_kv=s.n_head_kv, head_dim=s.head_dim)
     w.add_rope_freq_base(10000.0)
     w.add_rope_dimension_count(s.head_dim)
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
@@ -215,15 +209,8 @@ def write_drafter(path: str | Path, target: str | Path, *, n_layer: int = 2, tar
     r = _Rand(seed, dtype)
     w = gguf.GGUFWriter(str(path), "dflash")
     w.add_name(f"dflash-random-for-{info.arch}")
-    w.add_context_length(int(info.arch_get("context_length", 4096)))
-    w.add_embedding_length(n_embd)
-    w.add_block_count(n_layer)
-    w.add_feed_forward_length(n_ff)
-    w.add_head_count(n_head)
-    w.add_head_count_kv(n_head_kv)
-    w.add_key_length(head_dim)
-    w.add_value_length(head_dim)
-    w.add_layer_norm_rms_eps(1e-6)
+    add_transformer_header(w, n_ctx=int(info.arch_get("context_length", 4096)), n_embd=n_embd, n_layer=n_layer,
+                           n_ff=n_ff, n_head=n_head, n_head_kv=n_head_kv, head_dim=head_dim)
     w.add_rope_freq_base(float(info.arch_get("rope.freq_base", 10000.0)))
     w.add_target_layers(layers)
     w.add_block_size(block_size)

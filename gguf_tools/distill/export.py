@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from gguf_tools.distill.model import Drafter
+from gguf_tools.header import add_transformer_header
 from gguf_tools.reader import read_gguf
 from gguf_tools.synth import _copy_vocab
 
@@ -32,15 +33,9 @@ def export_gguf(model: Drafter, target: str | Path, out: str | Path, dtype: str 
     mat_dtype = np.float16 if dtype == "f16" else np.float32
     w = gguf.GGUFWriter(str(tmp), "dflash")
     w.add_name(name)
-    w.add_context_length(int(info.arch_get("context_length", c.n_ctx)))
-    w.add_embedding_length(c.n_embd)
-    w.add_block_count(c.n_layer)
-    w.add_feed_forward_length(c.n_ff)
-    w.add_head_count(c.n_head)
-    w.add_head_count_kv(c.n_head_kv)
-    w.add_key_length(c.head_dim)
-    w.add_value_length(c.head_dim)
-    w.add_layer_norm_rms_eps(c.rms_eps)
+    add_transformer_header(w, n_ctx=int(info.arch_get("context_length", c.n_ctx)), n_embd=c.n_embd,
+                           n_layer=c.n_layer, n_ff=c.n_ff, n_head=c.n_head, n_head_kv=c.n_head_kv,
+                           head_dim=c.head_dim, rms_eps=c.rms_eps)
     w.add_rope_freq_base(c.rope_base)
     w.add_target_layers(list(c.target_layers))
     w.add_block_size(c.block_size)
