@@ -20,6 +20,12 @@ def doctor_report() -> dict:
     load()
     from native import ggml_devices
 
+    devices = [d.to_dict() for d in ggml_devices.list_devices()]
+    warnings = []
+    if info.variant == "cuda" and not any(d["type"] == "gpu" for d in devices):
+        # ggml logs why (e.g. "CUDA driver version is insufficient"); say what it means
+        warnings.append("the CUDA build sees no CUDA device (no NVIDIA driver, or one older than the "
+                        "CUDA runtime it was built with): models run on the CPU")
     rep.update(
         ok=True,
         llama_cpp_python=info.llama_cpp_python,
@@ -28,8 +34,9 @@ def doctor_report() -> dict:
         variant=info.variant,
         lib_dir=str(info.lib_dir),
         tap_architectures=list(info.tap_architectures),
-        devices=[d.to_dict() for d in ggml_devices.list_devices()],
+        devices=devices,
         variants_built={v: (config.build_dir(v) / "build_info.json").exists() for v in config.VARIANT_FLAGS},
+        warnings=warnings,
     )
     from app.bundled import default_drafter
 

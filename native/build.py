@@ -154,7 +154,10 @@ def cuda_toolkit_flags(work: Path) -> tuple[list[str], list[str]]:
         lib_dirs.append(lib)
         flags += [f"-DCUDA_cublas_LIBRARY={next(lib.glob('libcublas.so*'))}",
                   f"-DCUDA_cublasLt_LIBRARY={next(lib.glob('libcublasLt.so*'))}",
-                  f"-DCMAKE_CUDA_FLAGS=-isystem {inc}", f"-DCMAKE_CXX_FLAGS=-isystem {inc}"]
+                  f"-DCMAKE_CUDA_FLAGS=-isystem {inc}", f"-DCMAKE_CXX_FLAGS=-isystem {inc}",
+                  # executables (the rpc server) link libggml-cuda, whose cuBLAS the linker
+                  # must find by soname in a folder it does not search
+                  f"-DCMAKE_EXE_LINKER_FLAGS=-Wl,-rpath-link,{lib}"]
     driver_dirs = (toolkit / "lib64" / "stubs", toolkit / "lib64", Path("/usr/lib/x86_64-linux-gnu"))
     has_driver = any(any(d.glob("libcuda.so*")) for d in driver_dirs if d.exists())
     if not has_driver:
@@ -203,7 +206,8 @@ def build(variant: str, force: bool = False, jobs: int | None = None) -> Path:
     work = config.cache_root() / f"work-{config.build_key(variant)}"
     sources_ready = work / "sources.ok"
     llama_dir = work / SDIST_NAME / "vendor" / "llama.cpp"
-    if sources_ready.exists() and not force:
+    resumed = sources_ready.exists() and not force
+    if resumed:
         log(f"resuming the build in {work}")
     else:
         extract_sdist(tarball, work)
@@ -243,7 +247,8 @@ def build(variant: str, force: bool = False, jobs: int | None = None) -> Path:
         "cmake_flags": config.VARIANT_FLAGS[variant] + extra,
         "tap_architectures": tap_archs,
         "runtime_libs": runtime_libs,
-        "build_seconds": round(seconds, 1),
+        "build_seconds": round(seconds, 1),  # of this run: a resumed build counts only the rest
+        "resumed": resumed,
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
     (staged / "build_info.json").write_text(json.dumps(info, indent=2))

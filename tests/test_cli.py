@@ -96,6 +96,7 @@ def test_doctor_json() -> None:
     assert len(rep["patch_hash"]) == 64
     assert "gemma3" in rep["tap_architectures"]
     assert rep["devices"] and rep["devices"][0]["type"] == "cpu" and rep["devices"][0]["memory_total"] > 0
+    assert rep["warnings"] == []  # the CPU build has nothing to warn of; a CUDA one without a GPU would
 
 
 def test_native_build_is_cached() -> None:
