@@ -47,8 +47,12 @@ class RpcServer:
         return f"{self.host}:{self.port}"
 
     def start(self, timeout: float = 15.0) -> RpcServer:
+        from native.lib import build_info
+
         binary = server_binary()
-        env = {**os.environ, "LD_LIBRARY_PATH": f"{binary.parent}:{os.environ.get('LD_LIBRARY_PATH', '')}"}
+        # the build's own folder, and where the CUDA runtime it linked lives (a PyPI cuBLAS is on no path)
+        dirs = dict.fromkeys([str(binary.parent), *(str(Path(p).parent) for p in build_info().runtime_libs)])
+        env = {**os.environ, "LD_LIBRARY_PATH": ":".join([*dirs, os.environ.get("LD_LIBRARY_PATH", "")])}
         self.proc = subprocess.Popen([str(binary), "-H", self.host, "-p", str(self.port), "-t", str(self.threads)],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
         deadline = time.monotonic() + timeout
