@@ -128,7 +128,7 @@ def bench(engine: Engine, prompts: list[BenchPrompt], modes: list[str], max_toke
             for m in modes[1:]:
                 e = row["modes"][m]
                 bits.append(f"{m} x{e['speedup']:.2f} tau {e['tau']:.2f}"
-                            + (f" lossless={e['lossless']}" if check else ""))
+                            + (f" lossless={e['lossless']}" if "lossless" in e else ""))
             progress(f"[{i + 1}/{len(prompts)} {time.time() - t0:.0f}s] {bp.id} ({bp.category}): " + ", ".join(bits))
         if partial and i + 1 < len(prompts):
             partial(result(rows) | {"complete": False})
