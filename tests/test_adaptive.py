@@ -38,6 +38,16 @@ def test_picks_plain_decoding_when_drafts_never_pass() -> None:
     assert any(k > 0 for k in ks[50:])  # still probing now and then
 
 
+def test_probes_back_off_while_partial_acceptance_does_not_pay() -> None:
+    """Probes that accept a token half the time still leave plain decoding the best choice on the
+    CPU curve: they must grow rarer, not reset to every few steps on each acceptance."""
+    p = AdaptiveDraftLength(cpu_costs(), 15, refresh_costs=False)
+    probes = iter(range(10**6))
+    ks = replay(p, lambda k: min(k, next(probes) % 2) if k else 0, 400)  # 1 accepted on every other probe
+    assert p.best_k() == 0
+    assert sum(k > 0 for k in ks[-200:]) <= 5  # gap grown to probe_max_gap (64)
+
+
 def test_picks_a_long_draft_when_drafts_always_pass() -> None:
     ks = replay(AdaptiveDraftLength(cpu_costs(), 15, refresh_costs=False), lambda k: k, 200)
     assert min(ks[-50:]) >= 10
@@ -73,6 +83,22 @@ def test_expected_tokens_and_rates_follow_the_model() -> None:
     r = p.rates()
     assert r[0] == pytest.approx(1 / (0.021 + 0.0005), rel=1e-6)
     assert np.argmax(r) > 5  # near-certain acceptance pays for long drafts even on a CPU curve
+
+
+def test_rates_agree_with_the_cost_model_on_noisy_costs() -> None:
+    """rates() is vectorised; it must equal E(k) / cost.step_time(k, E(k)), including step_time's
+    reading of a noisy, non-monotone cost curve as non-decreasing."""
+    rng = np.random.default_rng(1)
+    for _ in range(50):
+        c = cpu_costs()
+        c.verify_s = [0.0, *rng.uniform(0.01, 0.1, 16)]
+        c.draft_s = [0.0, *rng.uniform(0.001, 0.02, 15)]
+        p = AdaptiveDraftLength(c, int(rng.integers(1, 16)), prior=float(rng.uniform()), refresh_costs=False)
+        p.acc[:] = rng.uniform(0, 5, p.k_max)
+        p.tried[:] = p.acc + rng.uniform(0, 5, p.k_max)
+        a = p.acceptance
+        want = [expected_tokens(a, k) / c.step_time(k, expected_tokens(a, k)) for k in range(p.k_max + 1)]
+        assert p.rates() == pytest.approx(want, rel=1e-12)
 
 
 def _generate(e: Engine, prompt: list[int], params: GenerationParams, **kw) -> tuple[list[int], object]:

@@ -65,13 +65,18 @@ class AdaptiveDraftLength:
         return np.clip(p, 0.0, 0.999)
 
     def rates(self) -> list[float]:
-        """Expected tokens per second for each k = 0..k_max."""
+        """Expected tokens per second for each k = 0..k_max: E(k) / cost.step_time(k, E(k)),
+        for all k in one numpy pass (it runs every step, plain ones included)."""
         p = self.acceptance
-        out = []
-        for k in range(self.k_max + 1):
-            e = expected_tokens(p, k)
-            out.append(e / self.cost.step_time(k, e))
-        return out
+        e = np.concatenate(([1.0], 1.0 + np.cumsum(np.cumprod(p))))
+        ks = np.arange(self.k_max + 1)
+        c = self.cost
+        # step_time reads costs as non-decreasing in size: running maxima
+        verify = np.maximum.accumulate(np.asarray(c.verify_s[1:], dtype=np.float64))
+        draft = np.maximum.accumulate(np.asarray(c.draft_s[1:], dtype=np.float64))
+        t = verify[np.minimum(ks + 1, len(c.verify_s) - 1) - 1] + c.inject_s * e
+        t[1:] += draft[np.minimum(ks[1:], len(c.draft_s) - 1) - 1]
+        return (e / t).tolist()
 
     def best_k(self) -> int:
         r = self.rates()
@@ -123,8 +128,11 @@ class AdaptiveDraftLength:
             self.acc[:reached] = self.decay * self.acc[:reached]
             self.acc[:accepted] += 1.0
             if self._probing:
-                # a probe that found acceptances brings the next probe closer, a failed one pushes it away
-                self._gap = self.probe_every if accepted > 0 else min(self._gap * 2, self.probe_max_gap)
+                # a probe whose drafts all passed, or after which drafting pays again, brings the next
+                # probe closer; a partial one after which plain decoding is still best pushes it away
+                # (probing every few steps in text the drafter half-knows costs a few % of plain speed)
+                promising = accepted == k or self.best_k() > 0
+                self._gap = self.probe_every if promising else min(self._gap * 2, self.probe_max_gap)
         if self.refresh_costs:
             self.cost.update(k, timing.draft_s, timing.verify_s)
 
