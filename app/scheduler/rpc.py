@@ -26,13 +26,17 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def server_binary() -> Path:
+def server_command() -> tuple[Path, dict[str, str]]:
+    """The build's ggml-rpc-server and the environment it runs in: the build's own folder and
+    where the CUDA runtime it linked lives (a PyPI cuBLAS is on no loader path) on LD_LIBRARY_PATH."""
     from native.lib import build_info
 
-    path = build_info().lib_dir / "ggml-rpc-server"
+    info = build_info()
+    path = info.lib_dir / "ggml-rpc-server"
     if not path.exists():
         raise FileNotFoundError(f"{path}: no ggml-rpc-server in the native build (it needs GGML_RPC=ON)")
-    return path
+    dirs = dict.fromkeys([str(info.lib_dir), *(str(Path(p).parent) for p in info.runtime_libs)])
+    return path, {**os.environ, "LD_LIBRARY_PATH": ":".join([*dirs, os.environ.get("LD_LIBRARY_PATH", "")])}
 
 
 class RpcServer:
@@ -47,12 +51,7 @@ class RpcServer:
         return f"{self.host}:{self.port}"
 
     def start(self, timeout: float = 15.0) -> RpcServer:
-        from native.lib import build_info
-
-        binary = server_binary()
-        # the build's own folder, and where the CUDA runtime it linked lives (a PyPI cuBLAS is on no path)
-        dirs = dict.fromkeys([str(binary.parent), *(str(Path(p).parent) for p in build_info().runtime_libs)])
-        env = {**os.environ, "LD_LIBRARY_PATH": ":".join([*dirs, os.environ.get("LD_LIBRARY_PATH", "")])}
+        binary, env = server_command()
         self.proc = subprocess.Popen([str(binary), "-H", self.host, "-p", str(self.port), "-t", str(self.threads)],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
         deadline = time.monotonic() + timeout
