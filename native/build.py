@@ -226,7 +226,7 @@ def build(variant: str, force: bool = False, jobs: int | None = None) -> Path:
     run_streamed(["cmake", "-S", str(llama_dir), "-B", str(bdir), *config.VARIANT_FLAGS[variant], *extra],
                  work, log_file)
     run_streamed(["cmake", "--build", str(bdir), "--config", "Release", "-j", str(jobs),
-                  "--target", *config.BUILD_TARGETS], work, log_file)
+                  "--target", *config.VARIANT_TARGETS[variant]], work, log_file)
     seconds = time.time() - t0
 
     staged = work / "staged"
@@ -246,6 +246,7 @@ def build(variant: str, force: bool = False, jobs: int | None = None) -> Path:
         "variant": variant,
         "cmake_flags": config.VARIANT_FLAGS[variant] + extra,
         "tap_architectures": tap_archs,
+        "cpu_variants": [v for v in config.CPU_VARIANTS if (lib / f"libggml-cpu-{v}.so").exists()],
         "runtime_libs": runtime_libs,
         "build_seconds": round(seconds, 1),  # of this run: a resumed build counts only the rest
         "resumed": resumed,

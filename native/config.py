@@ -19,17 +19,24 @@ LLAMA_CPP_PYTHON_VERSION = "0.3.36"
 NATIVE_DIR = Path(__file__).resolve().parent
 PATCH_DIR = NATIVE_DIR / "patches"
 
-# Never GGML_NATIVE=ON: on CPUs that advertise AMX the native build compiles
-# AMX kernels that die with SIGILL on the first Q4_K matmul. The default build
-# must run on any x86-64 with AVX2.
+# The CPU backend is built once per instruction-set level and the loader picks
+# the best one this CPU runs (native.cpu_variant), in preference order, best
+# last. No variant compiles AMX: CPUs (and VMs) that advertise AMX without the
+# OS enabling it die with SIGILL on the first AMX instruction, which is also
+# why the build never uses GGML_NATIVE=ON. AVX2 is the floor.
+CPU_VARIANTS: dict[str, str] = {
+    "haswell": "AVX2, FMA, F16C (x86-64-v3)",
+    "alderlake": "AVX2 with AVX-VNNI",
+    "icelake": "AVX-512 with VNNI and VBMI",
+}
+
 _COMMON_FLAGS = [
     "-DCMAKE_BUILD_TYPE=Release",
     "-DBUILD_SHARED_LIBS=ON",
     "-DGGML_NATIVE=OFF",
-    "-DGGML_AVX=ON",
-    "-DGGML_AVX2=ON",
-    "-DGGML_FMA=ON",
-    "-DGGML_F16C=ON",
+    "-DGGML_BACKEND_DL=ON",
+    "-DGGML_CPU_ALL_VARIANTS=ON",
+    "-DGGML_CPU_VARIANT_LIST=" + ";".join(CPU_VARIANTS),  # native/patches/0004
     "-DGGML_RPC=ON",
     "-DLLAMA_CURL=OFF",
     "-DLLAMA_OPENSSL=OFF",
@@ -50,8 +57,10 @@ VARIANT_FLAGS: dict[str, list[str]] = {
     "cuda": _COMMON_FLAGS + ["-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=86;89;120"],
 }
 
-# Targets we need: the library and the RPC server (two-device tests on CPU).
-BUILD_TARGETS = ["llama", "ggml-rpc-server"]
+# Targets we need: the library, its backends (loaded at run time) and the RPC
+# server (two-device tests on CPU).
+BUILD_TARGETS = ["llama", "ggml-rpc", "ggml-rpc-server", *(f"ggml-cpu-{v}" for v in CPU_VARIANTS)]
+VARIANT_TARGETS: dict[str, list[str]] = {"cpu": BUILD_TARGETS, "cuda": BUILD_TARGETS + ["ggml-cuda"]}
 
 
 def cache_root() -> Path:
@@ -83,7 +92,7 @@ def build_key(variant: str) -> str:
         raise ValueError(f"unknown native variant {variant!r}; expected one of {sorted(VARIANT_FLAGS)}")
     h = hashlib.sha256()
     h.update(json.dumps([LLAMA_CPP_PYTHON_VERSION, patch_hash(), variant,
-                         VARIANT_FLAGS[variant], BUILD_TARGETS]).encode())
+                         VARIANT_FLAGS[variant], VARIANT_TARGETS[variant]]).encode())
     return f"{LLAMA_CPP_PYTHON_VERSION}-{variant}-{h.hexdigest()[:16]}"
 
 

@@ -10,7 +10,7 @@ import ctypes
 
 import llama_cpp.llama_cpp as lc
 
-API_VERSION = 1
+API_VERSION = 2
 
 _lib = lc._lib
 _ctx_p = lc.llama_context_p_ctypes
@@ -49,6 +49,13 @@ flashdesk_model_device_name = _bind("flashdesk_model_device_name", [_model_p, ct
 flashdesk_argmax_rows = _bind("flashdesk_argmax_rows",
                               [_ctx_p, ctypes.POINTER(ctypes.c_int32), ctypes.c_int32,
                                ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_float)], ctypes.c_int32)
+
+# int32_t flashdesk_argmax_rows_in(struct llama_context * ctx, const int32_t * idx, int32_t n,
+#                                  const int32_t * cols, int32_t n_cols, int32_t * out_token, float * out_gap);
+flashdesk_argmax_rows_in = _bind("flashdesk_argmax_rows_in",
+                                 [_ctx_p, ctypes.POINTER(ctypes.c_int32), ctypes.c_int32,
+                                  ctypes.POINTER(ctypes.c_int32), ctypes.c_int32,
+                                  ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_float)], ctypes.c_int32)
 
 # int32_t flashdesk_memory_breakdown(const struct llama_context * ctx, char * buf, int32_t cap);
 flashdesk_memory_breakdown = _bind("flashdesk_memory_breakdown", [_ctx_p, ctypes.c_char_p, ctypes.c_int32],

@@ -14,6 +14,8 @@ from pathlib import Path
 from types import ModuleType
 
 from native import config
+from native.cpu_variant import CpuVariant
+from native.cpu_variant import choose as cpu_choose
 
 
 class NativeBuildMissing(RuntimeError):
@@ -29,6 +31,7 @@ class BuildInfo:
     patch_hash: str
     tap_architectures: tuple[str, ...]
     runtime_libs: tuple[str, ...] = ()
+    cpu_variants: tuple[str, ...] = ()
 
 
 def build_info(variant: str | None = None) -> BuildInfo:
@@ -51,10 +54,12 @@ def build_info(variant: str | None = None) -> BuildInfo:
         patch_hash=info["patch_hash"],
         tap_architectures=tuple(info["tap_architectures"]),
         runtime_libs=tuple(info.get("runtime_libs", ())),
+        cpu_variants=tuple(info.get("cpu_variants", ())),
     )
 
 
 _loaded: ModuleType | None = None
+_cpu: CpuVariant | None = None
 
 
 def load() -> ModuleType:
@@ -79,10 +84,40 @@ def load() -> ModuleType:
     if ext.flashdesk_ext_api_version() != ext.API_VERSION:
         raise NativeBuildMissing(f"{info.lib_dir} has FlashDesk C API v{ext.flashdesk_ext_api_version()}, "
                                  f"expected v{ext.API_VERSION}: rebuild with `make setup`")
-    lc.llama_backend_init()
     _quiet_logs(lc)
+    _load_backends(info)
+    lc.llama_backend_init()  # finds the backends registered: loads nothing more
     _loaded = lc
     return lc
+
+
+def cpu_variant() -> CpuVariant:
+    """The CPU backend load() chose (loads the library first)."""
+    load()
+    assert _cpu is not None
+    return _cpu
+
+
+def _load_backends(info: BuildInfo) -> None:
+    """Register ggml's backends from the build folder: GPU and RPC backends
+    where built, then the chosen CPU variant (native.cpu_variant)."""
+    import ctypes
+
+    global _cpu
+    ggml = ctypes.CDLL(str(info.lib_dir / "libggml.so"))
+    ggml.ggml_backend_load.argtypes = [ctypes.c_char_p]
+    ggml.ggml_backend_load.restype = ctypes.c_void_p
+    if not info.cpu_variants:  # a build that links its backends into libggml
+        _cpu = CpuVariant("built-in", "the cmake_flags of build_info.json", "the build has no CPU variants",
+                          info.lib_dir / "libggml-cpu.so")
+        return
+    for name in ("cuda", "rpc"):
+        path = info.lib_dir / f"libggml-{name}.so"
+        if path.exists() and not ggml.ggml_backend_load(str(path).encode()):
+            raise NativeBuildMissing(f"{path}: ggml could not load this backend (see the log above)")
+    _cpu = cpu_choose(info.lib_dir, info.cpu_variants)
+    if not ggml.ggml_backend_load(str(_cpu.path).encode()):
+        raise NativeBuildMissing(f"{_cpu.path}: ggml could not load the CPU backend")
 
 
 def _preload_runtime_libs(info: BuildInfo) -> None:

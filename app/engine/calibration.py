@@ -1,8 +1,11 @@
 """The cost model of speculation: how long a verify pass of n tokens and a
 drafter pass of k drafts take on this machine, for this pair and build.
 
-Measured at load by a short calibration (a few decodes of each size after
-a short prompt, the fastest of 5 repeats), cached on disk per (models, build,
+Measured by running the decode loop itself (Engine.generate with a fixed
+draft length k, for every k, round-robin so that drift on a busy machine hits
+every k alike): the costs are those of the loop's steady state, with
+llama.cpp's compute graph reused from step to step as it is while k stays
+put, both models alternating as they do. Cached on disk per (models, build,
 threads), and refreshed while running from the step timings the engine
 reports (an exponential moving average per size).
 """
@@ -12,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -19,16 +23,27 @@ from pathlib import Path
 import numpy as np
 
 from app.engine.dflash import Engine
+from app.engine.draft_policy import StepTiming
+from app.engine.params import GenerationParams
 
-# decode time does not depend on which tokens are decoded: a fixed run of ids
+# the tokens do not change a pass's cost: a fixed run of ids (no text, so a
+# vocabulary without byte tokens cannot abort the tokenizer)
 CALIBRATION_PROMPT_LEN = 48
 
 
+def _calibration_prompt(engine: Engine, shift: int) -> list[int]:
+    n_vocab = engine.target.n_vocab
+    ids = ((7 + 13 * i + 101 * shift) % n_vocab for i in range(4 * CALIBRATION_PROMPT_LEN))
+    return [t for t in ids if not engine.target.is_eog(t)][:CALIBRATION_PROMPT_LEN]
+
 @dataclass
 class CostModel:
-    """Seconds per pass. verify_s[n]: target decode of n tokens (n = 1..max);
-    draft_s[k]: drafter pass with k drafts (k = 1..max), incl. readout and trim;
-    inject_s: feeding one token's features to the drafter."""
+    """Seconds per step of the decode loop. verify_s[n]: a step that verifies n
+    tokens, all but the drafter pass (target pass and readout, taps and the
+    drafter's injection at the acceptance seen while measuring, host work);
+    draft_s[k]: the drafter pass with k drafts, incl. readout and trim;
+    inject_s: the injection cost per emitted token beyond that (0 when measured
+    in the loop, which includes it)."""
     verify_s: list[float] = field(default_factory=list)  # index 0 unused
     draft_s: list[float] = field(default_factory=list)  # index 0 = 0.0
     inject_s: float = 0.0
@@ -88,68 +103,66 @@ def cache_dir() -> Path:
     return Path(base) / "flashdesk" / "calibration"
 
 
-def _min_time(fn, repeats: int) -> float:  # noqa: ANN001
-    """The fastest of a few runs: other programs only ever add time, so the
-    minimum is the best estimate of what the pass itself costs."""
-    ts = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return min(ts)
+class _Recorder:
+    """A fixed draft length that keeps the loop's own timing of every step
+    and stops the generation after `n` steps."""
+
+    def __init__(self, k: int, n: int):
+        self.k = k
+        self.n = n
+        self.steps: list[tuple[int, StepTiming]] = []
+        self.stop = threading.Event()
+
+    def choose(self) -> int:
+        return self.k
+
+    def observe(self, k: int, accepted: int, timing: StepTiming) -> None:
+        self.steps.append((k, timing))
+        if len(self.steps) >= self.n:
+            self.stop.set()
 
 
-def measure(engine: Engine, max_n: int | None = None, repeats: int = 5) -> CostModel:
-    """Run the calibration decodes (leaves the engine's caches empty)."""
-    max_n = max_n or max(engine.block_size, 16)
+def measure(engine: Engine, max_k: int | None = None, rounds: int = 3, steps: int = 6) -> CostModel:
+    """Run the loop: per round and per k in 0..max_k, one generation of `steps`
+    steps drafting k (greedy, the drafter's own drafts); the first step after a
+    change of k rebuilds llama.cpp's graph and is not counted. Per k, the median
+    of the counted steps: verify_s[k+1] is everything but the drafter pass
+    (target pass, readout, taps, the drafter's injection, host), draft_s[k] the
+    drafter pass. Leaves the engine's caches empty."""
+    max_k = engine.block_size - 1 if max_k is None else max_k
+    ks = list(range(0, max_k + 1)) if engine.has_drafter else [0]
+    rest: dict[int, list[float]] = {k: [] for k in ks}
+    draft: dict[int, list[float]] = {k: [] for k in ks}
+    for _ in range(rounds):
+        for k in ks:
+            rec = _Recorder(k, steps + 1)
+            params = GenerationParams(max_tokens=(steps + 1) * (k + 1), draft_max=k, speculative=k > 0)
+            for attempt in range(3):  # a generation that ends early (EOS) is continued from another prompt
+                for _ev in engine.generate(_calibration_prompt(engine, attempt), params, cancel=rec.stop, policy=rec):
+                    pass
+                if rec.stop.is_set():
+                    break
+            for used, t in rec.steps[1:]:
+                if used == k:  # near the end the room left can force a shorter draft
+                    rest[k].append(t.step_s - t.draft_s)
+                    draft[k].append(t.draft_s)
     engine.reset()
-    n_vocab = engine.target.n_vocab
-    prompt = [(7 + 13 * i) % n_vocab for i in range(CALIBRATION_PROMPT_LEN)]
-    n_past = len(prompt)
-    tb = engine._tbatch  # the engine's own batch objects: timings include exactly what a step does
-    tb.set(prompt, 0, False)
-    engine.ctx.decode(tb)
-    if engine.dctx is not None:
-        engine._inject(engine.ctx.taps(len(prompt)), 0)
-    toks = prompt[-1:] * (max_n + 1)
-
-    def verify(n: int) -> None:
-        tb.set(toks[:n], n_past, True)
-        engine.ctx.decode(tb)
-        engine.ctx.argmax_rows(list(range(n)))
-        engine.ctx.seq_rm(n_past)
-
-    cm = CostModel(verify_s=[0.0] * (max_n + 1), draft_s=[0.0] * max_n)
-    verify(1)  # warm-up
-    for n in range(1, max_n + 1):
-        cm.verify_s[n] = _min_time(lambda n=n: verify(n), repeats)
-    if engine.dctx is not None:
-        db = engine._dbatch
-
-        def draft(k: int) -> None:
-            db.set([toks[0]] + [engine.mask_token] * k, n_past, True)
-            engine.dctx.decode(db)
-            engine.dctx.argmax_rows(list(range(1, k + 1)))
-            engine.dctx.seq_rm(n_past)
-
-        draft(1)
-        for k in range(1, min(max_n, engine.block_size)):
-            cm.draft_s[k] = _min_time(lambda k=k: draft(k), repeats)
-        for k in range(engine.block_size, max_n):
-            cm.draft_s[k] = cm.draft_s[engine.block_size - 1]
-        feats = engine.ctx.taps(1)
-
-        def inject() -> None:
-            engine._inject(feats, n_past)
-            engine.dctx.seq_rm(n_past)
-
-        cm.inject_s = _min_time(inject, repeats)
-    engine.reset()
+    n = max(ks) + 1
+    cm = CostModel(verify_s=[0.0] * (n + 1), draft_s=[0.0] * max(n, 2))
+    for k in ks:
+        if rest[k]:
+            cm.verify_s[k + 1] = float(np.median(rest[k]))
+            cm.draft_s[k] = float(np.median(draft[k])) if k > 0 else 0.0
+    # sizes the loop never reached (a generation that stopped early) take their neighbour's cost
+    for i in range(2, len(cm.verify_s)):
+        cm.verify_s[i] = cm.verify_s[i] or cm.verify_s[i - 1]
+    for i in range(2, len(cm.draft_s)):
+        cm.draft_s[i] = cm.draft_s[i] or cm.draft_s[i - 1]
     cm.measured_at = time.time()
     return cm
 
 
-def calibrate(engine: Engine, use_cache: bool = True, repeats: int = 5) -> CostModel:
+def calibrate(engine: Engine, use_cache: bool = True) -> CostModel:
     """The cost model for this engine: from the on-disk cache, or measured now (a few seconds)."""
     key = cache_key(engine)
     path = cache_dir() / f"{key}.json"
@@ -161,7 +174,7 @@ def calibrate(engine: Engine, use_cache: bool = True, repeats: int = 5) -> CostM
                 return cm
         except (ValueError, TypeError):
             pass  # a damaged cache entry is simply measured again
-    cm = measure(engine, repeats=repeats)
+    cm = measure(engine)
     cm.key = key
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -102,7 +102,10 @@ class Engine:
             non_causal=not causal), other=self.ctx)
         self.ctx.enable_taps(self.target_layers)
         self._dbatch = TokenBatch(self.block_size)
-        self._d2t: np.ndarray | None = None  # the drafter's vocabulary, read on first need
+        # the drafter's reduced vocabulary (target ids), if it has one: its other logits are -inf,
+        # so the greedy readout scans only these
+        self._d2t = self._read_d2t()
+        self._draft_vocab = np.ascontiguousarray(self._d2t, dtype=np.int32) if self._d2t.size else None
         self._ebatch = EmbeddingBatch(self._d_ubatch, len(self.target_layers) * self.target.n_embd)
 
     # --- public -------------------------------------------------------------
@@ -320,7 +323,7 @@ class Engine:
         # would misalign rows (the parity test caught this)
         self._dbatch.set(block, n_past, True)
         self.dctx.decode(self._dbatch)
-        toks, _ = self.dctx.argmax_rows(list(range(1, k + 1)))
+        toks, _ = self.dctx.argmax_rows(list(range(1, k + 1)), self._draft_vocab)
         t_llama = time.perf_counter() - t0
         conf = self._confidence(k) if with_confidence else None
         t1 = time.perf_counter()
@@ -334,8 +337,6 @@ class Engine:
     def _confidence(self, k: int) -> np.ndarray:
         """The drafter's softmax probability of its own argmax at rows 1..k
         (over its draft vocabulary: rows outside d2t are -inf)."""
-        if self._d2t is None:
-            self._d2t = self._read_d2t()
         out = np.empty(k, dtype=np.float64)
         for i in range(k):
             row = self.dctx.logits_row(i + 1)

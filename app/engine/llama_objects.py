@@ -224,14 +224,20 @@ class LlamaContext:
             raise GenerationError(f"{self.model.path}: llama_decode failed with code {rc} "
                                   f"({'no free KV slot: context full' if rc == 1 else 'see log'})")
 
-    def argmax_rows(self, rows: list[int]) -> tuple[np.ndarray, np.ndarray]:
-        """(argmax token, top1-top2 logit gap) of each output row, computed in C."""
+    def argmax_rows(self, rows: list[int], among: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(argmax token, top1-top2 logit gap) of each output row, computed in C;
+        `among` (int32 token ids) restricts both to those tokens (a drafter's d2t)."""
         n = len(rows)
         idx = (ctypes.c_int32 * n)(*rows)
         tok = np.empty(n, dtype=np.int32)
         gap = np.empty(n, dtype=np.float32)
-        rc = ext.flashdesk_argmax_rows(self.ptr, idx, n, tok.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)),
-                                       gap.ctypes.data_as(ctypes.POINTER(ctypes.c_float)))
+        tok_p = tok.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
+        gap_p = gap.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+        if among is None:
+            rc = ext.flashdesk_argmax_rows(self.ptr, idx, n, tok_p, gap_p)
+        else:
+            rc = ext.flashdesk_argmax_rows_in(self.ptr, idx, n, among.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)),
+                                              len(among), tok_p, gap_p)
         if rc != 0:
             raise GenerationError(f"{self.model.path}: no logits for rows {rows}")
         return tok, gap

@@ -98,6 +98,8 @@ class _Planner:
         d = self.d
         assert d is not None and self.dcs is not None
         weights = d.layer_bytes + d.output_bytes + (0 if on_gpu else d.input_bytes)
+        if not on_gpu:
+            weights += sum(ly.cpu_copy for ly in d.layers) + d.output_cpu_copy
         kv = sum(mem.layer_cache_bytes(d, i, self.dcs) for i in range(d.n_layer))
         vocab = d.n_vocab if d.has_own_head and d.n_vocab else self.t.n_vocab
         compute = mem.device_compute(d, self.dcs, range(d.n_layer), True, 1, n_vocab=vocab)
@@ -177,13 +179,13 @@ class _Planner:
         t, d, cs, host = self.t, self.d, self.cs, self.inv.host
         cpu_layers = range(0, n_cpu if devs else t.n_layer)
         cpu_out = not devs
-        b = DeviceBytes(weights=t.input_bytes + sum(t.layers[i].weights for i in cpu_layers),
+        b = DeviceBytes(weights=t.input_bytes + sum(t.layers[i].weights + t.layers[i].cpu_copy for i in cpu_layers),
                         kv=sum(mem.layer_cache_bytes(t, i, cs) for i in cpu_layers),
                         compute=mem.host_compute(t, cs, copies, cpu_layers, cpu_out)
                         + self.taps_in(range(-1, cpu_layers.stop)) * t.n_embd * cs.n_ubatch * 4)
         if cpu_out:
-            # on the CPU a tied head is the mmapped token_embd itself, not a copy
-            b.weights += t.output_bytes - (t.head_bytes if t.tied_output else 0)
+            # a tied head is the mapped token_embd itself, plus its repacked copy where the CPU makes one
+            b.weights += t.output_bytes - (t.head_bytes if t.tied_output else 0) + t.output_cpu_copy
         n_out_rows = d.block_size if d is not None else 1
         b.host_buffers = n_out_rows * t.n_vocab * 4  # the target's logits rows the engine reads
         if d is not None and self.dcs is not None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from app.errors import ModelLoadError
 from app.scheduler.errors import PlanInputError
-from gguf_tools.reader import GGUFInfo, read_gguf
+from gguf_tools.reader import GGUFInfo, TensorInfo, read_gguf
 
 # (default period, dense_first) of load_swa_pattern() per architecture, used when the
 # GGUF sets a sliding window but no explicit pattern.
@@ -32,6 +32,14 @@ RS_ROLLBACK = {"qwen35", "qwen35moe", "kimi-k3", "qwen4exp", "deepseek4", "glm5-
 # tensors llama.cpp keeps with the input layer, always on the CPU (llama-model.cpp: dev_input)
 _INPUT_TENSORS = ("token_embd.", "token_types.", "position_embd.", "per_layer_token_embd.")
 _BLK = re.compile(r"^blk\.(\d+)\.")
+# matmul weights the CPU backend keeps in an 8-row interleaved copy, in its own buffer
+# (native/patches/0003, CPU_SMALLBATCH): on the CPU they are held twice, mapped and copied
+CPU_COPIED_TYPES = frozenset({"Q8_0", "Q5_0", "Q4_0", "IQ4_NL", "Q4_K", "Q6_K"})
+
+
+def cpu_copy_bytes(t: TensorInfo) -> int:
+    """Bytes of `t` the CPU backend copies into its repacked buffer (0: used from the mapping)."""
+    return t.n_bytes if t.type_name in CPU_COPIED_TYPES and len(t.shape) == 2 and t.shape[1] % 8 == 0 else 0
 
 
 @dataclass(frozen=True)
@@ -41,6 +49,7 @@ class LayerGeometry:
     weights: int  # bytes of every blk.N.* tensor
     n_embd_k: int  # K cache row width (key_length x kv heads)
     n_embd_v: int
+    cpu_copy: int = 0  # of those, the bytes repacked into a copy when the layer runs on the CPU
 
 
 @dataclass(frozen=True)
@@ -61,6 +70,7 @@ class ModelProfile:
     output_bytes: int  # output head + output norm + other non-layer tensors: on the output device
     head_bytes: int  # the output projection alone (a tied head duplicates token_embd)
     tied_output: bool
+    output_cpu_copy: int = 0  # non-layer weights (the head) repacked into a copy on the CPU
     n_embd_r: int = 0  # recurrent conv-state width (f32)
     n_embd_s: int = 0  # recurrent ssm-state width (f32)
     n_pos_per_embd: int = 1
@@ -159,17 +169,20 @@ def read_profile(path: str | Path) -> ModelProfile:
     n_ff = max(n_ff, n_ff_exp * n_used)  # MoE: the routed experts' activations stand in for one FFN
 
     weights = [0] * n_layer
-    input_bytes = output_bytes = 0
+    copies = [0] * n_layer
+    input_bytes = output_bytes = output_copy = 0
     names = set()
     for t in info.tensors:
         names.add(t.name)
         m = _BLK.match(t.name)
         if m and int(m.group(1)) < n_layer:
             weights[int(m.group(1))] += t.n_bytes
+            copies[int(m.group(1))] += cpu_copy_bytes(t)
         elif t.name.startswith(_INPUT_TENSORS):
-            input_bytes += t.n_bytes
+            input_bytes += t.n_bytes  # used by GET_ROWS: never repacked
         else:
             output_bytes += t.n_bytes  # output, output_norm, rope_freqs, ...: with the output layer
+            output_copy += cpu_copy_bytes(t)
     emb = info.tensor("token_embd.weight")
     out = info.tensor("output.weight")
     is_drafter = info.arch == "dflash"
@@ -177,9 +190,10 @@ def read_profile(path: str | Path) -> ModelProfile:
     head_bytes = out.n_bytes if out is not None else (emb.n_bytes if emb is not None else 0)
     if tied:
         output_bytes += head_bytes  # llama.cpp duplicates token_embd as the output head on the output device
+        output_copy += cpu_copy_bytes(emb)  # on the CPU too, once the head's buffer type differs from GET_ROWS'
 
     kinds, warnings = _layer_kinds(info, n_layer)
-    layers = tuple(LayerGeometry(k, weights[i], key_len * n_head_kv[i], val_len * n_head_kv[i])
+    layers = tuple(LayerGeometry(k, weights[i], key_len * n_head_kv[i], val_len * n_head_kv[i], copies[i])
                    for i, k in enumerate(kinds))
     d_conv = int(info.arch_get("ssm.conv_kernel", 0) or 0)
     d_inner = int(info.arch_get("ssm.inner_size", 0) or 0)
@@ -194,7 +208,7 @@ def read_profile(path: str | Path) -> ModelProfile:
         n_ctx_train=int(info.arch_get("context_length", 0) or 0),
         n_swa=int(info.arch_get("attention.sliding_window", 0) or 0), layers=layers,
         input_bytes=input_bytes, output_bytes=output_bytes, head_bytes=head_bytes, tied_output=tied,
-        n_embd_r=n_embd_r, n_embd_s=n_embd_s,
+        output_cpu_copy=output_copy, n_embd_r=n_embd_r, n_embd_s=n_embd_s,
         n_pos_per_embd=4 if info.has(f"{info.arch}.rope.dimension_sections") else 1,
         rs_rollback=info.arch in RS_ROLLBACK, file_bytes=info.file_size,
         target_layers=tuple(int(x) for x in (info.arch_get("target_layers") or [])) if is_drafter else (),
