@@ -10,6 +10,7 @@ tokens/s of plain decoding on the same prompt.
 
 from __future__ import annotations
 
+import copy
 import json
 import statistics
 import sys
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from app.engine.calibration import CostModel
 from app.engine.dflash import Engine
 from app.engine.lossless import check_lossless
 from app.engine.params import GenerationParams
@@ -78,9 +80,85 @@ def run_mode(engine: Engine, tokens: list[int], mode: str, max_tokens: int, draf
     return {"tokens": out, "text": text, "tokens_per_s": st.tokens_per_s, "n_generated": st.n_generated,
             "tau": st.tau, "steps": st.steps, "drafted": st.drafted, "accepted": st.accepted,
             "accept_by_pos": st.accept_by_pos, "draft_by_pos": st.draft_by_pos,
-            "k_history": st.k_history, "t_decode_s": st.t_decode_s, "host_share": st.host_share,
+            "k_history": st.k_history, "step_ms_by_k": _step_ms_by_k(st.k_history, st.step_s_history),
+            "t_decode_s": st.t_decode_s, "host_share": st.host_share,
             "t_draft_s": st.t_draft_s, "t_verify_s": st.t_verify_s, "t_inject_s": st.t_inject_s,
             "finish_reason": ev.finish_reason}
+
+
+def _step_ms_by_k(ks: list[int], step_s: list[float]) -> dict[str, list[float]]:
+    """{k: [steps, total ms]} over one run (summed across runs by the summary)."""
+    out: dict[str, list[float]] = {}
+    for k, t in zip(ks, step_s):
+        e = out.setdefault(str(k), [0, 0.0])
+        e[0] += 1
+        e[1] = round(e[1] + t * 1e3, 3)
+    return out
+
+
+def run_info(engine: Engine) -> dict:
+    """What produced a result: the command line, when, which commit, on what machine and build."""
+    return run_info_static(engine.config.n_threads)
+
+
+def run_info_static(n_threads: int = 0) -> dict:
+    """run_info without an engine (n_threads 0: all cores)."""
+    import os
+    import platform
+    import subprocess
+
+    from native.lib import build_info, cpu_variant
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    root = Path(__file__).resolve().parent.parent
+    try:
+        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=10).stdout.strip() or None
+        dirty = bool(subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                                    capture_output=True, text=True, timeout=10).stdout.strip())
+    except (OSError, subprocess.SubprocessError):
+        commit, dirty = None, None
+    info = build_info()
+    return {"command": [Path(sys.argv[0]).name, *sys.argv[1:]], "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "git_commit": commit, "git_dirty": dirty,
+            "machine": {"cpu": cpu, "cores": os.cpu_count(), "threads": n_threads or os.cpu_count(),
+                        "build_variant": info.variant, "patch_hash": info.patch_hash,
+                        "cpu_variant": cpu_variant().name}}
+
+
+def cost_model_check(rows: list[dict], modes: list[str], cost: CostModel) -> dict:
+    """Calibrated step time (cost.step_time) against the step times measured in the run, per
+    mode and k: {mode: {k: {steps, measured_ms, predicted_ms, error}}, max_abs_error (k with >= 20 steps)}."""
+    out: dict = {}
+    worst = 0.0
+    for m in modes:
+        per_k: dict[str, list[float]] = {}
+        for r in rows:
+            for k, (n, ms) in r["modes"][m].get("step_ms_by_k", {}).items():
+                e = per_k.setdefault(k, [0, 0.0])
+                e[0] += n
+                e[1] += ms
+        block = {}
+        for k, (n, ms) in sorted(per_k.items(), key=lambda kv: int(kv[0])):
+            if int(k) + 1 >= len(cost.verify_s):
+                continue
+            pred = cost.step_time(int(k)) * 1e3
+            meas = ms / n
+            err = pred / meas - 1.0
+            block[k] = {"steps": int(n), "measured_ms": round(meas, 3), "predicted_ms": round(pred, 3),
+                        "error": round(err, 4)}
+            if n >= 20:
+                worst = max(worst, abs(err))
+        out[m] = block
+    out["max_abs_error"] = round(worst, 4)
+    return out
 
 
 def bench(engine: Engine, prompts: list[BenchPrompt], modes: list[str], max_tokens: int = 128,
@@ -99,9 +177,15 @@ def bench(engine: Engine, prompts: list[BenchPrompt], modes: list[str], max_toke
     rows = []
     t0 = time.time()
 
+    from app.engine.calibration import calibrate
+
+    cost = copy.deepcopy(calibrate(engine))  # as calibrated: the adaptive policy refreshes its own copy
+    run = run_info(engine)
+
     def result(rows: list[dict]) -> dict:
-        return {"modes": modes, "max_tokens": max_tokens, "draft_max": draft_max, "prompts": list(rows),
-                "summary": summarize(rows, modes)}
+        return {"run": run, "modes": modes, "max_tokens": max_tokens, "draft_max": draft_max,
+                "calibration": cost.to_dict(), "prompts": list(rows),
+                "summary": summarize(rows, modes) | {"cost_model": cost_model_check(rows, modes, cost)}}
 
     for i, bp in enumerate(prompts):
         text, stop = prompt_text(bp)

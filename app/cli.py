@@ -118,8 +118,23 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                       "verify_ms": [round(x * 1e3, 3) for x in cm.verify_s[1:]],
                       "verify_relative": [round(x, 3) for x in rel],
                       "draft_ms": [round(x * 1e3, 3) for x in cm.draft_s[1:]],
+                      "draft_relative_to_plain_step": [round(x / cm.verify_s[1], 3) for x in cm.draft_s[1:]],
                       "inject_ms_per_token": round(cm.inject_s * 1e3, 4)}, indent=2))
     engine.close()
+    return 0
+
+
+def cmd_verify_cost(args: argparse.Namespace) -> int:
+    from app import bench_verify
+    from app.bundled import default_target
+
+    target = Path(args.target) if args.target else default_target()
+    sizes = [int(x) for x in args.sizes.split(",")]
+    out = bench_verify.run(target, sizes, args.rounds, args.compare_stock, args.threads)
+    text = json.dumps(out, indent=2)
+    if args.json:
+        Path(args.json).write_text(text + "\n")
+    print(text)
     return 0
 
 
@@ -186,6 +201,16 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--json", help="write full results here")
     b.add_argument("--plot", help="write a PNG plot here")
     b.set_defaults(func=cmd_bench)
+
+    v = sub.add_parser("verify-cost", help="steady-state cost of a target pass of n tokens (JSON)")
+    v.add_argument("--target", help="target GGUF (default: the bundled Gemma 3 270M)")
+    v.add_argument("--sizes", default="1,2,3,4,5,6,7,8,12,16", help="token counts n (default 1..8,12,16)")
+    v.add_argument("--rounds", type=int, default=10, help="rounds over all sizes (default 10)")
+    v.add_argument("--threads", type=int, default=0, help="CPU threads (default: all cores)")
+    v.add_argument("--compare-stock", action="store_true",
+                   help="also measure llama.cpp's stock CPU kernels (same build, kernels switched off)")
+    v.add_argument("--json", help="also write the result to this file")
+    v.set_defaults(func=cmd_verify_cost)
 
     c = sub.add_parser("calibrate", help="measure verify and draft costs for 1..16 tokens (JSON)")
     _add_model_args(c)

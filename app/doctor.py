@@ -9,7 +9,8 @@ from app import __version__
 
 def doctor_report() -> dict:
     from native import config
-    from native.lib import NativeBuildMissing, build_info, load
+    from native.cpu_variant import CpuVariantError
+    from native.lib import NativeBuildMissing, build_info, cpu_variant, load
 
     rep: dict = {"flashdesk": __version__, "python": platform.python_version(), "machine": platform.machine()}
     try:
@@ -17,7 +18,11 @@ def doctor_report() -> dict:
     except NativeBuildMissing as e:
         rep.update(ok=False, error=str(e))
         return rep
-    load()
+    try:
+        load()
+    except (NativeBuildMissing, CpuVariantError) as e:
+        rep.update(ok=False, error=str(e))
+        return rep
     from native import ggml_devices
 
     devices = [d.to_dict() for d in ggml_devices.list_devices()]
@@ -34,6 +39,8 @@ def doctor_report() -> dict:
         variant=info.variant,
         lib_dir=str(info.lib_dir),
         tap_architectures=list(info.tap_architectures),
+        cpu_variant=cpu_variant().to_dict(),
+        cpu_variants_built=list(info.cpu_variants),
         devices=devices,
         variants_built={v: (config.build_dir(v) / "build_info.json").exists() for v in config.VARIANT_FLAGS},
         warnings=warnings,

@@ -10,7 +10,7 @@ import ctypes
 
 import llama_cpp.llama_cpp as lc
 
-API_VERSION = 2
+API_VERSION = 3
 
 _lib = lc._lib
 _ctx_p = lc.llama_context_p_ctypes
@@ -56,6 +56,16 @@ flashdesk_argmax_rows_in = _bind("flashdesk_argmax_rows_in",
                                  [_ctx_p, ctypes.POINTER(ctypes.c_int32), ctypes.c_int32,
                                   ctypes.POINTER(ctypes.c_int32), ctypes.c_int32,
                                   ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_float)], ctypes.c_int32)
+
+# void flashdesk_set_dflash_compact_logits(struct llama_context * ctx, bool on);
+flashdesk_set_dflash_compact_logits = _bind("flashdesk_set_dflash_compact_logits", [_ctx_p, ctypes.c_bool], None)
+
+# int32_t flashdesk_dflash_readout(struct llama_context * ctx, int32_t row0, int32_t n, const int64_t * d2t,
+#                                  int32_t n_draft, int32_t * out_token, float * out_prob);
+flashdesk_dflash_readout = _bind("flashdesk_dflash_readout",
+                                 [_ctx_p, ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(ctypes.c_int64),
+                                  ctypes.c_int32, ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_float)],
+                                 ctypes.c_int32)
 
 # int32_t flashdesk_memory_breakdown(const struct llama_context * ctx, char * buf, int32_t cap);
 flashdesk_memory_breakdown = _bind("flashdesk_memory_breakdown", [_ctx_p, ctypes.c_char_p, ctypes.c_int32],

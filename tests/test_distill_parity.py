@@ -81,5 +81,15 @@ def test_torch_and_llamacpp_drafter_logits_agree(arch: str, dtype: str, scale: f
     outside = np.setdiff1d(np.arange(64), d2t)
     assert np.all(np.isneginf(got[:, outside])), "tokens outside the draft vocabulary must be -inf"
     assert (got[:, d2t].argmax(1) == ref.argmax(1)).all()
-    for o in (eb, tb, dctx, tctx, dm, tm):
+    # the engine's readout: compact logits (only the draft vocabulary) mapped through d2t in C
+    cctx = LlamaContext(dm, ContextConfig(n_ctx=256, n_batch=64, n_ubatch=64, non_causal=True,
+                                          type_k=GGML_TYPE_F32, type_v=GGML_TYPE_F32), other=tctx)
+    cctx.set_dflash_compact_logits()
+    cctx.decode(eb)
+    cctx.decode(tb)
+    toks, prob = cctx.dflash_readout(1, B - 1, np.ascontiguousarray(d2t, dtype=np.int64), True)
+    assert (toks == d2t[ref.argmax(1)]).all()
+    p_ref = 1.0 / np.exp(ref - ref.max(1, keepdims=True)).sum(1)
+    np.testing.assert_allclose(prob, p_ref, rtol=tol, atol=tol)
+    for o in (eb, tb, cctx, dctx, tctx, dm, tm):
         o.close()

@@ -102,10 +102,11 @@ class Engine:
             non_causal=not causal), other=self.ctx)
         self.ctx.enable_taps(self.target_layers)
         self._dbatch = TokenBatch(self.block_size)
-        # the drafter's reduced vocabulary (target ids), if it has one: its other logits are -inf,
-        # so the greedy readout scans only these
-        self._d2t = self._read_d2t()
-        self._draft_vocab = np.ascontiguousarray(self._d2t, dtype=np.int32) if self._d2t.size else None
+        # the drafter's reduced vocabulary (target ids), if it has one: the drafter then outputs
+        # only those logits (not 262k-wide -inf rows) and the readout maps them through d2t in C
+        self._d2t = np.ascontiguousarray(self._read_d2t(), dtype=np.int64)
+        if self._d2t.size:
+            self.dctx.set_dflash_compact_logits()
         self._ebatch = EmbeddingBatch(self._d_ubatch, len(self.target_layers) * self.target.n_embd)
 
     # --- public -------------------------------------------------------------
@@ -226,8 +227,8 @@ class Engine:
                 n_past += len(emitted)
                 anchor = emitted[-1]
                 n_out += len(emitted)
-                st.record_step(k, n_acc, len(emitted))
                 t_now = time.perf_counter()
+                st.record_step(k, n_acc, len(emitted), t_now - t_step)
                 st.t_decode_s = t_now - t_loop
                 st.t_total_s = t_now - t_start
                 policy.observe(k, n_acc, StepTiming(st.t_draft_s - draft_before, st.t_verify_s - verify_before,
@@ -323,9 +324,12 @@ class Engine:
         # would misalign rows (the parity test caught this)
         self._dbatch.set(block, n_past, True)
         self.dctx.decode(self._dbatch)
-        toks, _ = self.dctx.argmax_rows(list(range(1, k + 1)), self._draft_vocab)
+        if self._d2t.size:
+            toks, conf = self.dctx.dflash_readout(1, k, self._d2t, with_confidence)
+        else:
+            toks, _ = self.dctx.argmax_rows(list(range(1, k + 1)))
+            conf = self._confidence(k) if with_confidence else None
         t_llama = time.perf_counter() - t0
-        conf = self._confidence(k) if with_confidence else None
         t1 = time.perf_counter()
         # the block's own K/V must not stay: later blocks would attend to it
         self.dctx.seq_rm(n_past)
@@ -335,12 +339,10 @@ class Engine:
         return toks.tolist(), conf
 
     def _confidence(self, k: int) -> np.ndarray:
-        """The drafter's softmax probability of its own argmax at rows 1..k
-        (over its draft vocabulary: rows outside d2t are -inf)."""
+        """The drafter's softmax probability of its own argmax at rows 1..k (a full-vocabulary drafter)."""
         out = np.empty(k, dtype=np.float64)
         for i in range(k):
-            row = self.dctx.logits_row(i + 1)
-            x = row[self._d2t] if self._d2t.size else row
+            x = self.dctx.logits_row(i + 1)
             out[i] = 1.0 / float(np.exp(x - x.max()).sum())
         return out
 

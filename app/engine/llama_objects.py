@@ -242,6 +242,24 @@ class LlamaContext:
             raise GenerationError(f"{self.model.path}: no logits for rows {rows}")
         return tok, gap
 
+    def set_dflash_compact_logits(self) -> None:
+        """A drafter with a reduced vocabulary: output only its draft-vocabulary logits
+        (read with dflash_readout). Before the first decode."""
+        ext.flashdesk_set_dflash_compact_logits(self.ptr, True)
+
+    def dflash_readout(self, row0: int, n: int, d2t: np.ndarray, with_prob: bool) -> tuple[np.ndarray, np.ndarray | None]:
+        """(target token of each row's argmax, its softmax probability over the draft vocabulary)
+        for output rows row0.. of the last decode, with compact logits on; computed in C."""
+        tok = np.empty(n, dtype=np.int32)
+        prob = np.empty(n, dtype=np.float32) if with_prob else None
+        rc = ext.flashdesk_dflash_readout(self.ptr, row0, n, d2t.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)),
+                                          len(d2t), tok.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)),
+                                          prob.ctypes.data_as(ctypes.POINTER(ctypes.c_float)) if prob is not None
+                                          else None)
+        if rc != 0:
+            raise GenerationError(f"{self.model.path}: no draft logits to read")
+        return tok, prob
+
     def logits_row(self, row: int) -> np.ndarray:
         """A view of one output row's logits (valid until the next decode)."""
         p = lc.llama_get_logits_ith(self.ptr, row)

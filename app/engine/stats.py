@@ -20,6 +20,7 @@ class GenerationStats:
     accept_by_pos: list[int] = field(default_factory=list)
     k_history: list[int] = field(default_factory=list)  # draft length chosen at each step
     accepted_history: list[int] = field(default_factory=list)  # accepted drafts at each step
+    step_s_history: list[float] = field(default_factory=list)  # wall time of each step (draft + verify + sync)
     t_prefill_s: float = 0.0
     t_draft_s: float = 0.0  # drafter pass (+ its readout and cache trim)
     t_verify_s: float = 0.0  # target pass over [anchor, drafts] + readout / sampling
@@ -35,8 +36,9 @@ class GenerationStats:
         if not self.accept_by_pos:
             self.accept_by_pos = [0] * n
 
-    def record_step(self, k: int, a: int, n_emitted: int) -> None:
+    def record_step(self, k: int, a: int, n_emitted: int, step_s: float = 0.0) -> None:
         self.steps += 1
+        self.step_s_history.append(step_s)
         self.n_generated += n_emitted
         self.k_history.append(k)
         self.accepted_history.append(a)
@@ -77,6 +79,7 @@ class GenerationStats:
         if not history:
             d.pop("k_history")
             d.pop("accepted_history")
+            d.pop("step_s_history")
         d.update(tau=round(self.tau, 4), tau_spec=round(self.tau_spec, 4),
                  tokens_per_s=round(self.tokens_per_s, 3), host_share=round(self.host_share, 5),
                  acceptance_rate_by_pos=[round(x, 4) for x in self.acceptance_rate_by_pos])
