@@ -247,7 +247,8 @@ class LlamaContext:
         (read with dflash_readout). Before the first decode."""
         ext.flashdesk_set_dflash_compact_logits(self.ptr, True)
 
-    def dflash_readout(self, row0: int, n: int, d2t: np.ndarray, with_prob: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    def dflash_readout(self, row0: int, n: int, d2t: np.ndarray,
+                       with_prob: bool) -> tuple[np.ndarray, np.ndarray | None]:
         """(target token of each row's argmax, its softmax probability over the draft vocabulary)
         for output rows row0.. of the last decode, with compact logits on; computed in C."""
         tok = np.empty(n, dtype=np.int32)
