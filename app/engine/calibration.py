@@ -27,8 +27,9 @@ from app.engine.draft_policy import StepTiming
 from app.engine.params import GenerationParams
 
 # the tokens do not change a pass's cost: a fixed run of ids (no text, so a
-# vocabulary without byte tokens cannot abort the tokenizer)
-CALIBRATION_PROMPT_LEN = 48
+# vocabulary without byte tokens cannot abort the tokenizer). The context does
+# (attention reads it): about what a chat turn or a code prompt holds.
+CALIBRATION_PROMPT_LEN = 200
 
 
 def _calibration_prompt(engine: Engine, shift: int) -> list[int]:
