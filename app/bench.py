@@ -77,7 +77,10 @@ def run_mode(engine: Engine, tokens: list[int], mode: str, max_tokens: int, draf
         out += ev.tokens
         text += ev.text
     st = ev.stats
-    return {"tokens": out, "text": text, "tokens_per_s": st.tokens_per_s, "n_generated": st.n_generated,
+    live = {}
+    if policy is not None:  # what the controller's own (refreshed) cost model expected at each choice
+        live = {"predicted_step_ms_by_k": _step_ms_by_k(policy.history, policy.predicted_step_s)}
+    return live | {"tokens": out, "text": text, "tokens_per_s": st.tokens_per_s, "n_generated": st.n_generated,
             "tau": st.tau, "steps": st.steps, "drafted": st.drafted, "accepted": st.accepted,
             "accept_by_pos": st.accept_by_pos, "draft_by_pos": st.draft_by_pos,
             "k_history": st.k_history, "step_ms_by_k": _step_ms_by_k(st.k_history, st.step_s_history),
@@ -133,31 +136,45 @@ def run_info_static(n_threads: int = 0) -> dict:
                         "cpu_variant": cpu_variant().name}}
 
 
+def _sum_by_k(rows: list[dict], mode: str, key: str) -> dict[int, list[float]]:
+    per_k: dict[int, list[float]] = {}
+    for r in rows:
+        for k, (n, ms) in r["modes"][mode].get(key, {}).items():
+            e = per_k.setdefault(int(k), [0, 0.0])
+            e[0] += n
+            e[1] += ms
+    return dict(sorted(per_k.items()))
+
+
 def cost_model_check(rows: list[dict], modes: list[str], cost: CostModel) -> dict:
-    """Calibrated step time (cost.step_time) against the step times measured in the run, per
-    mode and k: {mode: {k: {steps, measured_ms, predicted_ms, error}}, max_abs_error (k with >= 20 steps)}."""
+    """Predicted against measured step time, per mode and k (mean over the run's steps):
+    `calibrated`, the cost model as calibrated before the run (cost.step_time), for every
+    mode; `live`, for the adaptive modes, what the controller's own cost model (refreshed
+    from the steps it saw) expected when it chose k. {mode: {k: {steps, measured_ms,
+    calibrated_ms, error, [live_ms, live_error]}}, max_abs_error{,_live}: over k with >= 20 steps}."""
     out: dict = {}
-    worst = 0.0
+    worst = worst_live = 0.0
     for m in modes:
-        per_k: dict[str, list[float]] = {}
-        for r in rows:
-            for k, (n, ms) in r["modes"][m].get("step_ms_by_k", {}).items():
-                e = per_k.setdefault(k, [0, 0.0])
-                e[0] += n
-                e[1] += ms
+        measured = _sum_by_k(rows, m, "step_ms_by_k")
+        live = _sum_by_k(rows, m, "predicted_step_ms_by_k")
         block = {}
-        for k, (n, ms) in sorted(per_k.items(), key=lambda kv: int(kv[0])):
-            if int(k) + 1 >= len(cost.verify_s):
+        for k, (n, ms) in measured.items():
+            if k + 1 >= len(cost.verify_s):
                 continue
-            pred = cost.step_time(int(k)) * 1e3
             meas = ms / n
-            err = pred / meas - 1.0
-            block[k] = {"steps": int(n), "measured_ms": round(meas, 3), "predicted_ms": round(pred, 3),
-                        "error": round(err, 4)}
+            pred = cost.step_time(k) * 1e3
+            e = {"steps": int(n), "measured_ms": round(meas, 3), "calibrated_ms": round(pred, 3),
+                 "error": round(pred / meas - 1.0, 4)}
+            if k in live:
+                lv = live[k][1] / live[k][0]
+                e.update(live_ms=round(lv, 3), live_error=round(lv / meas - 1.0, 4))
             if n >= 20:
-                worst = max(worst, abs(err))
+                worst = max(worst, abs(e["error"]))
+                worst_live = max(worst_live, abs(e.get("live_error", 0.0)))
+            block[str(k)] = e
         out[m] = block
     out["max_abs_error"] = round(worst, 4)
+    out["max_abs_error_live"] = round(worst_live, 4)
     return out
 
 

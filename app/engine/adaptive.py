@@ -48,6 +48,7 @@ class AdaptiveDraftLength:
         self._plain_streak = 0
         self._probing = False
         self.history: list[int] = []
+        self.predicted_step_s: list[float] = []  # the step time the cost model expected for each choice
         # draft confidence: acceptance given the drafter's own probability, per bin
         self.uses_confidence = use_confidence
         self.conf_tried = np.full(len(CONF_BINS) - 1, 1.0)
@@ -83,7 +84,13 @@ class AdaptiveDraftLength:
         return int(np.argmax(r))  # ties go to the smaller k
 
     def choose(self) -> int:
-        k = self.best_k()
+        k = self._probe_or(self.best_k())
+        self.history.append(k)
+        self.predicted_step_s.append(self.cost.step_time(k, expected_tokens(self.acceptance, k)))
+        return k
+
+    def _probe_or(self, k: int) -> int:
+        """k, or a short probe once plain decoding has been chosen `_gap` times in a row."""
         self._probing = False
         if k == 0 and self.k_max > 0:
             self._plain_streak += 1
@@ -93,7 +100,6 @@ class AdaptiveDraftLength:
                 k = max(1, self.probe_k)
         else:
             self._plain_streak = 0
-        self.history.append(k)
         return k
 
     def truncate(self, conf: np.ndarray) -> int:
@@ -153,4 +159,5 @@ def adaptive_policy_for(engine, use_confidence: bool = False, fresh: bool = Fals
         pol = AdaptiveDraftLength(cost, engine.block_size - 1, use_confidence=use_confidence, **kw)
         per_engine[key] = pol
     pol.history = []
+    pol.predicted_step_s = []
     return pol

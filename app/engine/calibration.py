@@ -123,7 +123,7 @@ class _Recorder:
             self.stop.set()
 
 
-def measure(engine: Engine, max_k: int | None = None, rounds: int = 3, steps: int = 6) -> CostModel:
+def measure(engine: Engine, max_k: int | None = None, rounds: int = 4, steps: int = 8) -> CostModel:
     """Run the loop: per round and per k in 0..max_k, one generation of `steps`
     steps drafting k (greedy, the drafter's own drafts); the first step after a
     change of k rebuilds llama.cpp's graph and is not counted. Per k, the median
