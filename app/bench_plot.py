@@ -44,3 +44,24 @@ def plot_bench(result: dict, out: str | Path) -> Path:
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return out
+
+
+def plot_verify_cost(result: dict, out: str | Path) -> Path:
+    """A PNG of a `flashdesk verify-cost` result: pass time relative to one token, per n."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    sizes = [str(n) for n in result["sizes"]]
+    for kind in ("flashdesk", "stock"):
+        if kind in result:
+            ax.plot([int(n) for n in sizes], [result[kind]["relative"][n] for n in sizes], "o-",
+                    label=f"{kind} ({result[kind]['ms']['1']:.1f} ms at n=1)")
+    ns = [int(n) for n in sizes]
+    ax.plot(ns, ns, ":", color="grey", label="n single-token passes")
+    ax.set_xlabel("tokens in the pass (n)")
+    ax.set_ylabel("time / time of one token")
+    ax.set_title(f"target pass of n tokens after {result['context']} of context")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return Path(out)

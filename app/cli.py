@@ -134,6 +134,9 @@ def cmd_verify_cost(args: argparse.Namespace) -> int:
     text = json.dumps(out, indent=2)
     if args.json:
         Path(args.json).write_text(text + "\n")
+    if args.plot:
+        from app.bench_plot import plot_verify_cost
+        plot_verify_cost(out, args.plot)
     print(text)
     return 0
 
@@ -210,6 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--compare-stock", action="store_true",
                    help="also measure llama.cpp's stock CPU kernels (same build, kernels switched off)")
     v.add_argument("--json", help="also write the result to this file")
+    v.add_argument("--plot", help="also draw it to this PNG")
     v.set_defaults(func=cmd_verify_cost)
 
     c = sub.add_parser("calibrate", help="measure verify and draft costs for 1..16 tokens (JSON)")
