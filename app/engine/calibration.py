@@ -32,10 +32,12 @@ from app.engine.params import GenerationParams
 CALIBRATION_PROMPT_LEN = 200
 
 
-def _calibration_prompt(engine: Engine, shift: int) -> list[int]:
+def _calibration_prompt(engine: Engine, shift: int, room: int) -> list[int]:
+    """Prompt ids that leave `room` tokens of the context for the generation."""
+    n = max(8, min(CALIBRATION_PROMPT_LEN, engine.n_ctx - room))
     n_vocab = engine.target.n_vocab
-    ids = ((7 + 13 * i + 101 * shift) % n_vocab for i in range(4 * CALIBRATION_PROMPT_LEN))
-    return [t for t in ids if not engine.target.is_eog(t)][:CALIBRATION_PROMPT_LEN]
+    ids = ((7 + 13 * i + 101 * shift) % n_vocab for i in range(4 * n))
+    return [t for t in ids if not engine.target.is_eog(t)][:n]
 
 @dataclass
 class CostModel:
@@ -139,7 +141,8 @@ def measure(engine: Engine, max_k: int | None = None, rounds: int = 4, steps: in
             rec = _Recorder(k, steps + 1)
             params = GenerationParams(max_tokens=(steps + 1) * (k + 1), draft_max=k, speculative=k > 0)
             for attempt in range(3):  # a generation that ends early (EOS) is continued from another prompt
-                for _ev in engine.generate(_calibration_prompt(engine, attempt), params, cancel=rec.stop, policy=rec):
+                prompt = _calibration_prompt(engine, attempt, params.max_tokens + 1)
+                for _ev in engine.generate(prompt, params, cancel=rec.stop, policy=rec):
                     pass
                 if rec.stop.is_set():
                     break

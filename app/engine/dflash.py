@@ -169,8 +169,8 @@ class Engine:
         deficit = np.empty(len(continuation), dtype=np.float32)
         try:
             want = prompt[:-1]
-            for i in range(0, len(want), self.config.n_batch):
-                self._tbatch.set(want[i:i + self.config.n_batch], i, False)
+            for i in range(0, len(want), self.ctx.n_batch):
+                self._tbatch.set(want[i:i + self.ctx.n_batch], i, False)
                 self.ctx.decode(self._tbatch)
             feed = [prompt[-1]] + continuation[:-1]
             for i, tok in enumerate(feed):
@@ -276,7 +276,7 @@ class Engine:
             self._cached = self._cached[:keep]
             self._pending = [(p, rows[:max(0, keep - p)]) for p, rows in self._pending if p < keep]
         todo = want[keep:]
-        step = self.config.n_batch
+        step = self.ctx.n_batch  # llama.cpp's own limit (it clamps n_batch to a small context)
         for i in range(0, len(todo), step):
             chunk = todo[i:i + step]
             pos0 = keep + i

@@ -194,6 +194,9 @@ class LlamaContext:
         if cfg.non_causal:
             lc.llama_set_causal_attn(self.ptr, False)
         self.n_ctx = lc.llama_n_ctx(self.ptr)
+        # what llama.cpp made of the batch size (it clamps it to the context asked for): a decode
+        # of more tokens than this aborts the process
+        self.n_batch = lc.llama_n_batch(self.ptr)
         self.mem = lc.llama_get_memory(self.ptr)
         self._taps: list[int] = []
 
