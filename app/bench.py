@@ -61,15 +61,21 @@ def prompt_text(bp: BenchPrompt) -> tuple[str, list[str]]:
 
 
 def run_mode(engine: Engine, tokens: list[int], mode: str, max_tokens: int, draft_max: int | None,
-             stop: list[str]) -> dict:
+             stop: list[str], policies: dict | None = None) -> dict:
+    """One generation in `mode`; an adaptive mode's controller lives in `policies` (one per mode for
+    a whole bench run, as one chat keeps its controller from reply to reply)."""
     engine.reset()
     adaptive = mode.startswith("adaptive")
     params = GenerationParams(max_tokens=max_tokens, temperature=0.0, stop=stop,
                               speculative=not mode.startswith("plain"), draft_max=draft_max, adaptive=adaptive)
     policy = None
     if adaptive:
-        from app.engine.adaptive import adaptive_policy_for
-        policy = adaptive_policy_for(engine, use_confidence=mode == "adaptive-conf")
+        from app.engine.adaptive import new_adaptive_policy
+        policies = {} if policies is None else policies
+        if mode not in policies:
+            policies[mode] = new_adaptive_policy(engine, use_confidence=mode == "adaptive-conf")
+        policy = policies[mode]
+        policy.history, policy.predicted_step_s = [], []
     out: list[int] = []
     text = ""
     ev = None
@@ -198,6 +204,7 @@ def bench(engine: Engine, prompts: list[BenchPrompt], modes: list[str], max_toke
 
     cost = copy.deepcopy(calibrate(engine))  # as calibrated: the adaptive policy refreshes its own copy
     run = run_info(engine)
+    policies: dict = {}
 
     def result(rows: list[dict]) -> dict:
         return {"run": run, "modes": modes, "max_tokens": max_tokens, "draft_max": draft_max,
@@ -208,7 +215,7 @@ def bench(engine: Engine, prompts: list[BenchPrompt], modes: list[str], max_toke
         text, stop = prompt_text(bp)
         tokens = engine.tokenize(text)
         order = modes[i % len(modes):] + modes[:i % len(modes)]
-        res = {m: run_mode(engine, tokens, m, max_tokens, draft_max, stop) for m in order}
+        res = {m: run_mode(engine, tokens, m, max_tokens, draft_max, stop, policies) for m in order}
         plain = res["plain"]
         row = {"id": bp.id, "category": bp.category, "n_prompt": len(tokens), "modes": {}}
         for m in modes:

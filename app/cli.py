@@ -58,8 +58,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     ev = None
     policy = None
     if args.adaptive and engine.has_drafter and not args.no_spec:
-        from app.engine.adaptive import adaptive_policy_for
-        policy = adaptive_policy_for(engine)
+        from app.engine.adaptive import new_adaptive_policy
+        policy = new_adaptive_policy(engine)
     for ev in engine.generate(prompt, params, policy=policy):
         tokens += ev.tokens
         out += ev.text

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.engine.adaptive import AdaptiveDraftLength, adaptive_policy_for
+from app.engine.adaptive import AdaptiveDraftLength, new_adaptive_policy
 from app.engine.calibration import CostModel, calibrate, expected_tokens
 from app.engine.dflash import Engine, EngineConfig
 from app.engine.draft_policy import StepTiming
@@ -146,10 +146,9 @@ def test_calibration_is_cached(tiny_pair: tuple[Path, Path], tmp_path: Path, mon
     assert len(files) == 1
     b = calibrate(e)
     assert b.verify_s == a.verify_s  # read back, not measured again
-    pol = adaptive_policy_for(e)
+    pol = new_adaptive_policy(e)
     assert pol.k_max == e.block_size - 1
-    assert adaptive_policy_for(e) is pol  # what it learned carries over to the next reply
-    assert adaptive_policy_for(e, fresh=True) is not pol
+    assert pol.cost.verify_s == a.verify_s and pol.cost is not a  # its own copy: refreshing it changes no cache
     e.close()
 
 

@@ -19,12 +19,15 @@ Expected time: cost.step_time(k, E(k)). Rate = E(k) / time.
 from __future__ import annotations
 
 import copy
-import weakref
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from app.engine.calibration import CostModel, calibrate, expected_tokens
 from app.engine.draft_policy import StepTiming
+
+if TYPE_CHECKING:
+    from app.engine.dflash import Engine
 
 CONF_BINS = np.array([0.0, 0.2, 0.4, 0.6, 0.8, 0.9, 0.95, 0.99, 1.01])
 
@@ -143,21 +146,9 @@ class AdaptiveDraftLength:
             self.cost.update(k, timing.draft_s, timing.verify_s)
 
 
-# one controller per loaded engine: what it learned about acceptance (and the
-# refreshed costs) carries over from one reply to the next, as a chat goes on
-_policies: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def adaptive_policy_for(engine, use_confidence: bool = False, fresh: bool = False,  # noqa: ANN001
-                        **kw) -> AdaptiveDraftLength:
-    """The adaptive policy of this engine (created with its cached calibration on first use)."""
-    key = (use_confidence, tuple(sorted(kw.items())))
-    per_engine = _policies.setdefault(engine, {})
-    pol = per_engine.get(key)
-    if pol is None or fresh:
-        cost = copy.deepcopy(calibrate(engine))
-        pol = AdaptiveDraftLength(cost, engine.block_size - 1, use_confidence=use_confidence, **kw)
-        per_engine[key] = pol
-    pol.history = []
-    pol.predicted_step_s = []
-    return pol
+def new_adaptive_policy(engine: Engine, use_confidence: bool = False, **kw) -> AdaptiveDraftLength:  # noqa: ANN003
+    """A controller for `engine`'s pair with its calibrated costs (cached on disk, or measured
+    now). The caller owns it: a chat session keeps one, so what it learns about acceptance (and
+    the refreshed costs) carries over from one reply to the next."""
+    return AdaptiveDraftLength(copy.deepcopy(calibrate(engine)), engine.block_size - 1,
+                               use_confidence=use_confidence, **kw)

@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from app.engine.adaptive import AdaptiveDraftLength, new_adaptive_policy
+from app.engine.calibration import CostModel
 from app.engine.events import FINISH_CANCELLED
 from app.engine.prompt_format import ChatMessage, PromptFormat, format_for_model
 from app.engine.stats import GenerationStats
@@ -60,12 +62,24 @@ class ChatSession:
         # where chats with collections retrieve from (the default documents database unless given)
         self.documents = documents or ChatDocuments()
         self.format: PromptFormat = _prompt_format(engine)
+        self._adaptive: AdaptiveDraftLength | None = None  # draft length "auto": made on first use
         names = [Path(engine.target.path).name] + ([Path(engine.drafter.path).name] if engine.drafter else [])
         self.model_label = " + ".join(names)
 
     def close(self) -> None:
         """Close the documents index (the engine and the store belong to the caller)."""
         self.documents.close()
+
+    def calibrate(self) -> CostModel:
+        """The cost model draft length "auto" decides by (from the on-disk cache, or measured
+        now: a UI calls this while it shows the load, not at the first reply)."""
+        return self.adaptive_policy().cost
+
+    def adaptive_policy(self) -> AdaptiveDraftLength:
+        """This session's adaptive controller: what it learns carries over from reply to reply."""
+        if self._adaptive is None:
+            self._adaptive = new_adaptive_policy(self.engine)
+        return self._adaptive
 
     def measure_baseline(self) -> Baseline:
         """Measure (once per loaded model) the plain-decoding speed replies are compared with."""
@@ -99,7 +113,7 @@ class ChatSession:
         sources = [s.to_dict() for s in grounded.sources] if grounded else []
         prompt = self.engine.tokenize(text)
         if params.adaptive and policy is None and params.speculative and self.engine.has_drafter:
-            policy = adaptive_policy(self.engine)
+            policy = self.adaptive_policy()
         before = RunningTotals()
         for m in self.store.messages(conv_id):
             if m.role == "assistant" and m.stats and "generation" in m.stats:
@@ -145,13 +159,6 @@ class ChatSession:
             raise
         finally:
             self.store.touch(conv_id)
-
-
-def adaptive_policy(engine):  # noqa: ANN001, ANN201
-    """The adaptive draft-length policy (draft length "auto"), with this pair's calibrated costs."""
-    from app.engine.adaptive import adaptive_policy_for
-
-    return adaptive_policy_for(engine)
 
 
 def _prompt_format(engine) -> PromptFormat:  # noqa: ANN001
