@@ -15,9 +15,8 @@ import pytest
 
 from gguf_tools.synth import TinyShape, write_tiny_target
 from native import lib
-
-lc = lib.load()
-from native import ext  # noqa: E402
+from native.lib import ext
+from native.lib import llama as lc
 
 _base = ctypes.CDLL(str(lib.build_info().lib_dir / "libggml-base.so"))
 _base.ggml_get_name.argtypes = [ctypes.c_void_p]

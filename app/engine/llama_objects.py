@@ -2,7 +2,8 @@
 
 Each class checks the pointer it gets, frees it in close() (idempotent) and
 in __del__, and exposes only what the engine uses. The raw C API comes from
-native.lib.load(); nothing else in FlashDesk calls llama.cpp directly.
+native.lib (bound on first use); nothing else in FlashDesk calls llama.cpp
+directly.
 """
 
 from __future__ import annotations
@@ -17,10 +18,8 @@ import numpy as np
 
 from app.errors import GenerationError, ModelLoadError
 from gguf_tools.reader import read_gguf
-from native import lib
-
-lc = lib.load()
-from native import ext  # noqa: E402 - bound after load()
+from native.lib import ext
+from native.lib import llama as lc
 
 
 @dataclass
@@ -156,6 +155,8 @@ class ContextConfig:
     non_causal: bool = False
     n_seq_max: int = 1  # >1 only for batch jobs (dataset generation)
     kv_unified: bool = False
+    embeddings: bool = False  # a pooled sentence embedding per sequence instead of logits (documents)
+    mean_pooling: bool = False  # with embeddings: mean pooling where the model names no pooling type
     cb_eval: object | None = None  # a ggml_backend_sched_eval_callback (tests)
 
 
@@ -174,7 +175,9 @@ class LlamaContext:
         threads = cfg.n_threads or os.cpu_count() or 2
         cp.n_threads = threads
         cp.n_threads_batch = threads
-        cp.embeddings = False
+        cp.embeddings = cfg.embeddings
+        if cfg.embeddings:
+            cp.pooling_type = lc.LLAMA_POOLING_TYPE_MEAN if cfg.mean_pooling else lc.LLAMA_POOLING_TYPE_UNSPECIFIED
         cp.flash_attn_type = cfg.flash_attn
         cp.swa_full = cfg.swa_full
         cp.no_perf = True
@@ -270,6 +273,23 @@ class LlamaContext:
         if not p:
             raise GenerationError(f"{self.model.path}: no logits for row {row}")
         return np.ctypeslib.as_array(p, shape=(self.model.n_vocab,))
+
+    @property
+    def pools_sequences(self) -> bool:
+        """An embeddings context that pools each sequence into one vector (not per token, not rank)."""
+        return lc.llama_pooling_type(self.ptr) not in (lc.LLAMA_POOLING_TYPE_NONE, lc.LLAMA_POOLING_TYPE_RANK)
+
+    @property
+    def pooled_embedding_dim(self) -> int:
+        return lc.llama_model_n_embd_out(self.model.ptr) or self.model.n_embd
+
+    def pooled_embedding(self, seq: int = 0) -> np.ndarray:
+        """The pooled embedding of a sequence after a decode (a copy)."""
+        p = lc.llama_get_embeddings_seq(self.ptr, seq)
+        if not p:
+            raise GenerationError(f"{self.model.path}: llama.cpp returned no pooled embedding")
+        return np.ctypeslib.as_array(ctypes.cast(p, ctypes.POINTER(ctypes.c_float)),
+                                     shape=(self.pooled_embedding_dim,)).copy()
 
     def seq_rm(self, p0: int, p1: int = -1, seq: int = 0) -> bool:
         return bool(lc.llama_memory_seq_rm(self.mem, seq, p0, p1))

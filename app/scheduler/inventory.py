@@ -9,12 +9,12 @@ valid inventory: everything then runs on the CPU.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import re
 from dataclasses import dataclass, field, replace
 
 from app.scheduler.errors import PlanInputError
+from native.ggml_devices import device_props, list_devices
 
 KiB, MiB, GiB = 1024, 1024 ** 2, 1024 ** 3
 _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": KiB, "m": 1000 ** 2, "mb": 1000 ** 2, "mib": MiB,
@@ -171,30 +171,6 @@ def _cpu_name() -> str:
     return ""
 
 
-class _Caps(ctypes.Structure):
-    _fields_ = [("async_", ctypes.c_bool), ("host_buffer", ctypes.c_bool), ("buffer_from_host_ptr", ctypes.c_bool),
-                ("events", ctypes.c_bool), ("mmap_support", ctypes.c_bool)]
-
-
-class _Props(ctypes.Structure):
-    # struct ggml_backend_dev_props (ggml-backend.h of the pinned llama.cpp)
-    _fields_ = [("name", ctypes.c_char_p), ("description", ctypes.c_char_p), ("memory_free", ctypes.c_size_t),
-                ("memory_total", ctypes.c_size_t), ("type", ctypes.c_int), ("device_id", ctypes.c_char_p),
-                ("caps", _Caps)]
-
-
-def _device_props(handle: int) -> _Props:
-    from native.lib import build_info
-
-    base = ctypes.CDLL(str(build_info().lib_dir / "libggml-base.so"))
-    fn = base.ggml_backend_dev_get_props
-    fn.argtypes = [ctypes.c_void_p, ctypes.POINTER(_Props)]
-    fn.restype = None
-    props = _Props()
-    fn(handle, ctypes.byref(props))
-    return props
-
-
 def _nvml_cards() -> dict[str, dict]:
     """PCI bus id -> {pcie_gen, pcie_width, nvlink, bandwidth_gbs, name}; {} without nvidia-ml-py or a driver."""
     try:
@@ -244,17 +220,12 @@ def _nvml_cards() -> dict[str, dict]:
 def detect_inventory() -> Inventory:
     """The GPU-like ggml devices of the loaded build (CUDA, RPC, ...), NVML details where
     available, and the host. A machine without a GPU gives an empty `gpus`."""
-    from native import lib
-
-    lib.load()
-    from native.ggml_devices import list_devices
-
     nvml = _nvml_cards()
     gpus = []
     for d in list_devices():
         if d.type not in ("gpu", "igpu"):
             continue
-        props = _device_props(d.handle)
+        props = device_props(d.handle)
         dev_id = props.device_id.decode() if props.device_id else None
         spec = DeviceSpec(name=d.name, memory_total=d.memory_total, memory_free=d.memory_free,
                           bandwidth_gbs=known_bandwidth(d.description), handle=d.handle, description=d.description,

@@ -19,6 +19,9 @@ import subprocess
 import time
 from pathlib import Path
 
+from native.ggml_devices import add_rpc_server
+from native.lib import build_info
+
 
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
@@ -29,8 +32,6 @@ def free_port(host: str = "127.0.0.1") -> int:
 def server_command() -> tuple[Path, dict[str, str]]:
     """The build's ggml-rpc-server and the environment it runs in: the build's own folder and
     where the CUDA runtime it linked lives (a PyPI cuBLAS is on no loader path) on LD_LIBRARY_PATH."""
-    from native.lib import build_info
-
     info = build_info()
     path = info.lib_dir / "ggml-rpc-server"
     if not path.exists():
@@ -70,11 +71,6 @@ class RpcServer:
 
     def register(self) -> list:
         """Add this server's device(s) to ggml; returns native.ggml_devices.Device entries."""
-        from native import lib
-
-        lib.load()
-        from native.ggml_devices import add_rpc_server
-
         return add_rpc_server(self.endpoint)
 
     def stop(self) -> None:

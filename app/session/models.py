@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from app.errors import ModelLoadError
+from native.ggml_devices import list_devices
 
 DEVICE_CPU = "cpu"
 DEVICE_GPU = "gpu"
@@ -83,9 +84,4 @@ def plan_for(spec: ModelSpec):  # noqa: ANN201 - a SplitPlan
 
 def gpu_available() -> bool:
     """True when the native build sees a GPU (loads the native libraries: call off the UI thread)."""
-    from native import lib
-
-    lib.load()
-    from native.ggml_devices import list_devices
-
     return any(d.type in ("gpu", "igpu") for d in list_devices())
