@@ -9,7 +9,7 @@ from app.errors import ModelLoadError
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ASSETS = REPO_ROOT / "assets"
 DRAFTER_DIR = ASSETS / "drafters"
-# the drafter distilled for the bundled target (gguf_tools.distill; see its model card)
+# the drafter distilled for the bundled target (app.distill; see its model card)
 DEFAULT_DRAFTER = DRAFTER_DIR / "gemma3-270m-dflash.gguf"
 
 

@@ -2,24 +2,10 @@
 
 from __future__ import annotations
 
+from gguf_tools.errors import FlashDeskError, ModelLoadError, PairMismatch
 
-class FlashDeskError(Exception):
-    """Base class: the message is meant for the user as is."""
-
-
-class ModelLoadError(FlashDeskError):
-    """A GGUF file could not be loaded (missing, truncated, corrupt, unsupported)."""
-
-
-class PairMismatch(FlashDeskError):
-    """A drafter does not fit its target; `problems` lists every reason."""
-
-    def __init__(self, target: str, drafter: str, problems: list[str]):
-        self.target = target
-        self.drafter = drafter
-        self.problems = problems
-        lines = "\n".join(f"  - {p}" for p in problems)
-        super().__init__(f"drafter {drafter} does not match target {target}:\n{lines}")
+# the base and the GGUF file errors live with the GGUF reader, the lowest layer that raises them
+__all__ = ["ContextOverflow", "FlashDeskError", "GenerationError", "ModelLoadError", "PairMismatch"]
 
 
 class ContextOverflow(FlashDeskError):

@@ -1,4 +1,7 @@
-"""python -m gguf_tools {inspect,pair,convert,quantize,synth,distill} ..."""
+"""python -m gguf_tools {inspect,pair,convert,quantize,synth} ...
+
+(The drafter trainer, which runs the engine, is `flashdesk distill`.)
+"""
 
 from __future__ import annotations
 
@@ -11,7 +14,6 @@ COMMANDS = {
     "convert": "gguf_tools.convert",
     "quantize": "gguf_tools.quantize",
     "synth": "gguf_tools.synth",
-    "distill": "gguf_tools.distill",
 }
 
 

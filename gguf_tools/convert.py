@@ -24,7 +24,7 @@ from typing import Any
 import gguf
 import numpy as np
 
-from app.errors import FlashDeskError, ModelLoadError
+from gguf_tools.errors import FlashDeskError, ModelLoadError
 from gguf_tools.reader import GGUFInfo, read_gguf
 
 # HF (z-lab, unprefixed) tensor names -> GGUF names; per layer below

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from gguf.constants import LlamaFileType
 
-from app.errors import FlashDeskError
+from gguf_tools.errors import FlashDeskError
 from gguf_tools.reader import GGUFInfo, read_gguf
 
 _BLOCK = re.compile(r"^blk\.(\d+)\.")

@@ -14,7 +14,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from app.errors import FlashDeskError, PairMismatch
+from gguf_tools.errors import FlashDeskError, PairMismatch
 from gguf_tools.reader import GGUFInfo, read_gguf
 
 

@@ -8,7 +8,7 @@ while the rest goes to `--type`: `fc` (the projection of the target's hidden
 states that every drafter layer reads) and attention K/V (computed from that
 context for every block). Community drafters lose much of their acceptance at
 plain Q4 (reference/dflash.md section 5); `flashdesk` measures the cost with
-`python -m gguf_tools.quant_tau` (one JSON line per variant).
+`python -m app.distill.quant_tau` (one JSON line per variant).
 
 The output appears atomically (quantized beside it, then renamed).
 """
@@ -23,7 +23,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from app.errors import FlashDeskError
+from gguf_tools.errors import FlashDeskError
 from gguf_tools.reader import read_gguf
 
 # llama.cpp file types offered here (those that need no importance matrix)

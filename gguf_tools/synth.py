@@ -64,7 +64,7 @@ def _tiny_vocab(w: gguf.GGUFWriter) -> None:
     w.add_add_eos_token(False)
 
 
-def _copy_vocab(w: gguf.GGUFWriter, target: Path) -> None:
+def copy_vocab(w: gguf.GGUFWriter, target: Path) -> None:
     """A drafter carries its own copy of the target's tokenizer."""
     info = read_gguf(target)
     for key in info.metadata_keys():
@@ -217,7 +217,7 @@ def write_drafter(path: str | Path, target: str | Path, *, n_layer: int = 2, tar
     if embedding_scale:
         w.add_float32("dflash.embedding_scale", float(embedding_scale))
     w.add_file_type(gguf.LlamaFileType.ALL_F32 if dtype == np.float32 else gguf.LlamaFileType.MOSTLY_F16)
-    _copy_vocab(w, Path(target))
+    copy_vocab(w, Path(target))
     w.add_mask_token_id(int(mask_token_id))
     q_dim, kv_dim = n_head * head_dim, n_head_kv * head_dim
     w.add_tensor("fc.weight", r.mat(n_embd * len(layers), n_embd))

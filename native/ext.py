@@ -1,16 +1,19 @@
 """ctypes bindings for FlashDesk's C API (src/flashdesk-ext.h in the patch).
 
 One function per C function, its declaration in the comment above it, in
-the style of llama_cpp.py. Import through native.lib.load().
+the style of llama_cpp.py. Importing it loads the patched build first
+(native.lib.load); FlashDesk reaches it through native.lib.ext.
 """
 
 from __future__ import annotations
 
 import ctypes
 
-import llama_cpp.llama_cpp as lc
+from native.lib import EXT_API_VERSION, load
 
-API_VERSION = 3
+lc = load()  # llama_cpp.llama_cpp, bound to the patched build
+
+API_VERSION = EXT_API_VERSION
 
 _lib = lc._lib
 _ctx_p = lc.llama_context_p_ctypes

@@ -7,6 +7,7 @@ llama_cpp. Everything in FlashDesk gets llama.cpp through `load()`.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 from collections.abc import Callable
@@ -59,6 +60,9 @@ def build_info(variant: str | None = None) -> BuildInfo:
     )
 
 
+# the version of src/flashdesk-ext.h (native/patches/0002) that native/ext.py binds
+EXT_API_VERSION = 3
+
 _loaded: ModuleType | None = None
 _cpu: CpuVariant | None = None
 
@@ -78,8 +82,7 @@ class _OnFirstUse:
 
 
 def _bind_ext() -> ModuleType:
-    load()
-    from native import ext as mod  # noqa: PLC0415 - binds symbols of the library load() opened
+    from native import ext as mod  # noqa: PLC0415 - importing it binds the loaded library's symbols
 
     return mod
 
@@ -105,11 +108,11 @@ def load() -> ModuleType:
         raise NativeBuildMissing(
             f"llama_cpp was imported from {loaded_from} before FlashDesk set its library path "
             f"({info.lib_dir}); import native.lib first")
-    from native import ext  # noqa: PLC0415 - binds symbols of the library just loaded
-
-    if ext.flashdesk_ext_api_version() != ext.API_VERSION:
-        raise NativeBuildMissing(f"{info.lib_dir} has FlashDesk C API v{ext.flashdesk_ext_api_version()}, "
-                                 f"expected v{ext.API_VERSION}: rebuild with `make setup`")
+    version = lc._lib.flashdesk_ext_api_version
+    version.restype = ctypes.c_int32
+    if version() != EXT_API_VERSION:
+        raise NativeBuildMissing(f"{info.lib_dir} has FlashDesk C API v{version()}, "
+                                 f"expected v{EXT_API_VERSION}: rebuild with `make setup`")
     _quiet_logs(lc)
     _load_backends(info)
     lc.llama_backend_init()  # finds the backends registered: loads nothing more
@@ -127,8 +130,6 @@ def cpu_variant() -> CpuVariant:
 def _load_backends(info: BuildInfo) -> None:
     """Register ggml's backends from the build folder: GPU and RPC backends
     where built, then the chosen CPU variant (native.cpu_variant)."""
-    import ctypes
-
     global _cpu
     ggml = ctypes.CDLL(str(info.lib_dir / "libggml.so"))
     ggml.ggml_backend_load.argtypes = [ctypes.c_char_p]
@@ -150,8 +151,6 @@ def _preload_runtime_libs(info: BuildInfo) -> None:
     """Load the CUDA runtime the build linked (cudart, cuBLAS) by full path,
     so libggml-cuda finds them by soname even when their folder is not on
     the loader's path (a PyPI cuBLAS, a toolkit outside ld.so.conf)."""
-    import ctypes
-
     for path in info.runtime_libs:
         if Path(path).exists():  # else the system loader's own search decides
             ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
@@ -159,7 +158,6 @@ def _preload_runtime_libs(info: BuildInfo) -> None:
 
 def _quiet_logs(lc: ModuleType) -> None:
     """Route llama.cpp's log to Python logging; only warnings and errors by default."""
-    import ctypes
     import logging
 
     logger = logging.getLogger("llama.cpp")

@@ -42,7 +42,8 @@ def test_generate_reports_a_truncated_drafter_clearly(tiny_pair: tuple[Path, Pat
 
 def test_bench_hands_out_the_result_so_far_after_each_prompt(tiny_pair: tuple[Path, Path]) -> None:
     """A long bench that is stopped keeps what it measured: the CLI writes these to --json."""
-    from app.bench import BenchPrompt, bench
+    from app.bench.prompt_sets import BenchPrompt
+    from app.bench.runner import bench
     from app.engine.dflash import Engine, EngineConfig
 
     e = Engine(*tiny_pair, EngineConfig(n_ctx=512, n_threads=1))

@@ -11,10 +11,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from app.distill.export import export_gguf  # noqa: E402
+from app.distill.model import Drafter, DrafterConfig  # noqa: E402
+from app.distill.target_weights import TargetWeights  # noqa: E402
 from app.engine.llama_objects import ContextConfig, EmbeddingBatch, LlamaContext, LlamaModel, TokenBatch  # noqa: E402
-from gguf_tools.distill.export import export_gguf  # noqa: E402
-from gguf_tools.distill.model import Drafter, DrafterConfig  # noqa: E402
-from gguf_tools.distill.target_weights import TargetWeights  # noqa: E402
 from gguf_tools.synth import TINY_MASK_ID, TinyShape, write_tiny_target  # noqa: E402
 
 GGML_TYPE_F32 = 0

@@ -11,13 +11,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from app.distill.corpus import CorpusPrompt, HumanEvalGuard, build_corpus  # noqa: E402
+from app.distill.dataset import DistillData, pack  # noqa: E402
+from app.distill.export import export_gguf  # noqa: E402
+from app.distill.generate import GenConfig, generate_dataset  # noqa: E402
+from app.distill.train import TrainConfig, build_drafter, train  # noqa: E402
 from app.engine.dflash import Engine, EngineConfig  # noqa: E402
 from app.engine.params import GenerationParams  # noqa: E402
-from gguf_tools.distill.corpus import CorpusPrompt, HumanEvalGuard, build_corpus  # noqa: E402
-from gguf_tools.distill.dataset import DistillData, pack  # noqa: E402
-from gguf_tools.distill.export import export_gguf  # noqa: E402
-from gguf_tools.distill.generate import GenConfig, generate_dataset  # noqa: E402
-from gguf_tools.distill.train import TrainConfig, build_drafter, train  # noqa: E402
 from gguf_tools.reader import read_gguf  # noqa: E402
 from gguf_tools.synth import TinyShape, write_tiny_target  # noqa: E402
 
@@ -83,7 +83,7 @@ def test_corpus_has_no_humaneval_prompt() -> None:
 
 
 def test_distill_command_trains_exports_and_writes_a_card(tmp_path: Path) -> None:
-    from gguf_tools.__main__ import main
+    from app.cli import main
 
     target = write_tiny_target(tmp_path / "target.gguf", "qwen3", TinyShape(n_layer=4), seed=4)
     rng = random.Random(1)

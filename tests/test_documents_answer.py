@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from documents_corpus import build_corpus
 
-from app.documents.answer import NO_SOURCES, _renderer, answer_question, build_prompt
+from app.chat.format import format_for_model
+from app.documents.answer import NO_SOURCES, answer_question, build_prompt, conversation_renderer
 from app.documents.index import DocumentIndex
 from app.documents.indexer import Indexer
 from app.documents.retrieve import Retriever
@@ -47,7 +48,7 @@ def test_prompt_fits_the_token_budget_and_labels_each_source(docs, gemma_engine)
     def truncate(text: str, n: int) -> str:
         return gemma_engine.detokenize(gemma_engine.tokenize(text, add_special=False)[:n])
 
-    render = _renderer(None)
+    render = conversation_renderer(format_for_model(None))
     n_sources = []
     for budget in (4000, 700, 400, 120):
         prompt, sources = build_prompt("Who designed the Velmora bridge?", hits, count, budget, render, truncate)

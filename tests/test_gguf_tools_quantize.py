@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from app.distill.quant_tau import main as quant_tau_main
+from app.distill.quant_tau import parse_variant
 from app.errors import ModelLoadError
 from gguf_tools.__main__ import main as tools_main
 from gguf_tools.pair import check_pair
-from gguf_tools.quant_tau import main as quant_tau_main
-from gguf_tools.quant_tau import parse_variant
 from gguf_tools.quantize import SENSITIVE_PATTERNS, QuantizeError, quantize
 from gguf_tools.reader import read_gguf
 

@@ -12,10 +12,14 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
+from app.chat.format import ChatMessage, PromptFormat, prompt_format_of
 from app.documents.retrieve import Hit, RetrievalResult, Retriever
 from app.engine.params import GenerationParams
-from app.engine.prompt_format import PLAIN_STOP, ChatMessage, PromptFormat, format_for_model
+
+if TYPE_CHECKING:
+    from app.engine.dflash import Engine
 
 # short on purpose: small base models follow "read, then answer" better than long rules
 INSTRUCTIONS = "Read the sources and answer the question from them."
@@ -128,14 +132,10 @@ def conversation_renderer(fmt: PromptFormat, history: Sequence[ChatMessage] = ()
     return render
 
 
-def _renderer(template: str | None) -> Callable[[str, str], str]:
-    return conversation_renderer(format_for_model(template))
-
-
-def fit_sources(engine: object, question: str, hits: Sequence[Hit], render: Callable[[str, str], str],
+def fit_sources(engine: Engine, question: str, hits: Sequence[Hit], render: Callable[[str, str], str],
                 max_tokens: int) -> tuple[str, list[Source]]:
     """build_prompt with the engine's tokenizer and its context budget: the context
-    minus the room the reply may take. `engine` is an app.engine.dflash.Engine."""
+    minus the room the reply may take."""
 
     def count(text: str) -> int:
         return len(engine.tokenize(text, add_special=False))
@@ -146,12 +146,12 @@ def fit_sources(engine: object, question: str, hits: Sequence[Hit], render: Call
     return build_prompt(question, hits, count, engine.n_ctx - max_tokens, render, truncate)
 
 
-def answer_question(engine: object, retriever: Retriever, question: str, collections: Sequence[str], *,
+def answer_question(engine: Engine, retriever: Retriever, question: str, collections: Sequence[str], *,
                     k: int = 5, mode: str = "auto", params: GenerationParams | None = None,
                     cancel: threading.Event | None = None,
                     on_text: Callable[[str], None] | None = None) -> Answer:
     """Retrieve, build the prompt within the context budget, generate (DFlash when
-    the engine has a drafter). `engine` is an app.engine.dflash.Engine."""
+    the engine has a drafter)."""
     question = question.strip()
     if not question:
         raise ValueError("the question is empty")
@@ -163,22 +163,16 @@ def answer_question(engine: object, retriever: Retriever, question: str, collect
     if not found.hits:
         return Answer(question, NO_SOURCES, [], retrieval, finish_reason="no_sources")
 
-    template = engine.target.chat_template()
-    prompt, sources = fit_sources(engine, question, found.hits, _renderer(template), params.max_tokens)
+    fmt = prompt_format_of(engine.target)
+    prompt, sources = fit_sources(engine, question, found.hits, conversation_renderer(fmt), params.max_tokens)
     retrieval["n_hits"] = len(found.hits)
     retrieval["n_sources_in_prompt"] = len(sources)
     retrieval["t_prompt_s"] = round(time.perf_counter() - t0 - found.t_total_s, 6)
     tokens = engine.tokenize(prompt)
-    stop = list(params.stop) + [s for s in (format_for_model(template).stop or PLAIN_STOP) if s not in params.stop]
+    stop = list(params.stop) + [s for s in fmt.stop if s not in params.stop]
     gen = GenerationParams(**{**asdict(params), "stop": stop})
-    text = ""
-    ev = None
-    for ev in engine.generate(tokens, gen, cancel=cancel):
-        text += ev.text
-        if on_text is not None and ev.text:
-            on_text(ev.text)
-    answer = text.strip()
+    done = engine.complete(tokens, gen, cancel=cancel, on_text=on_text)
+    answer = done.text.strip()
     for s in sources:
         s.cited = f"[{s.n}]" in answer
-    return Answer(question, answer, sources, retrieval, ev.stats.to_dict() if ev else {},
-                  ev.finish_reason if ev else None, len(tokens))
+    return Answer(question, answer, sources, retrieval, done.stats.to_dict(), done.finish_reason, len(tokens))

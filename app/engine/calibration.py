@@ -25,6 +25,7 @@ import numpy as np
 from app.engine.dflash import Engine
 from app.engine.draft_policy import StepTiming
 from app.engine.params import GenerationParams
+from native.lib import build_info
 
 # the tokens do not change a pass's cost: a fixed run of ids (no text, so a
 # vocabulary without byte tokens cannot abort the tokenizer). The context does
@@ -93,8 +94,6 @@ def _file_id(p: Path) -> str:
 
 
 def cache_key(engine: Engine) -> str:
-    from native.lib import build_info
-
     info = build_info()
     parts = [_file_id(engine.target.path), _file_id(engine.drafter.path) if engine.drafter else "-",
              info.patch_hash, info.variant, str(engine.config.n_threads or os.cpu_count()), str(engine.n_ctx)]
@@ -142,8 +141,7 @@ def measure(engine: Engine, max_k: int | None = None, rounds: int = 4, steps: in
             params = GenerationParams(max_tokens=(steps + 1) * (k + 1), draft_max=k, speculative=k > 0)
             for attempt in range(3):  # a generation that ends early (EOS) is continued from another prompt
                 prompt = _calibration_prompt(engine, attempt, params.max_tokens + 1)
-                for _ev in engine.generate(prompt, params, cancel=rec.stop, policy=rec):
-                    pass
+                engine.complete(prompt, params, cancel=rec.stop, policy=rec)
                 if rec.stop.is_set():
                     break
             for used, t in rec.steps[1:]:
@@ -166,18 +164,24 @@ def measure(engine: Engine, max_k: int | None = None, rounds: int = 4, steps: in
     return cm
 
 
+def cached_calibration(engine: Engine) -> CostModel | None:
+    """This pair's cost model from the on-disk cache, or None (none yet, or a damaged entry)."""
+    path = cache_dir() / f"{cache_key(engine)}.json"
+    try:
+        cm = CostModel(**json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError):
+        return None  # missing, or damaged: measured again
+    return cm if len(cm.verify_s) > 1 and cm.verify_s[1] > 0 else None
+
+
 def calibrate(engine: Engine, use_cache: bool = True) -> CostModel:
-    """The cost model for this engine: from the on-disk cache, or measured now (a few seconds)."""
+    """The cost model for this engine: from the on-disk cache, or measured now (~15 s on a CPU)."""
+    if use_cache:
+        cm = cached_calibration(engine)
+        if cm is not None:
+            return cm
     key = cache_key(engine)
     path = cache_dir() / f"{key}.json"
-    if use_cache and path.exists():
-        try:
-            d = json.loads(path.read_text())
-            cm = CostModel(**d)
-            if len(cm.verify_s) > 1 and cm.verify_s[1] > 0:
-                return cm
-        except (ValueError, TypeError):
-            pass  # a damaged cache entry is simply measured again
     cm = measure(engine)
     cm.key = key
     try:

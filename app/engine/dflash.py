@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from app.engine.draft_policy import DraftPolicy, FixedDraftLength, StepTiming
-from app.engine.events import FINISH_CANCELLED, FINISH_LENGTH, FINISH_STOP, GenerationEvent
+from app.engine.events import FINISH_CANCELLED, FINISH_LENGTH, FINISH_STOP, Completion, GenerationEvent
 from app.engine.llama_objects import ContextConfig, EmbeddingBatch, LlamaContext, LlamaModel, ModelPlacement, TokenBatch
 from app.engine.params import GenerationParams
 from app.engine.sampling import TokenSampler
@@ -142,10 +142,28 @@ class Engine:
             if o is not None:
                 o.close()
 
+    def complete(self, prompt: list[int], params: GenerationParams | None = None,
+                 cancel: threading.Event | None = None, policy: DraftPolicy | None = None,
+                 on_text: Callable[[str], None] | None = None,
+                 draft_override: DraftOverride | None = None) -> Completion:
+        """generate() collected: the one generate-and-collect loop every caller that does not
+        stream step by step uses (the CLI, the bench, document answers, the baseline...).
+        `on_text` sees each piece of visible text as it is decoded."""
+        tokens: list[int] = []
+        parts: list[str] = []
+        ev = None
+        for ev in self.generate(prompt, params, cancel=cancel, policy=policy, draft_override=draft_override):
+            tokens += ev.tokens
+            if ev.text:
+                parts.append(ev.text)
+                if on_text is not None:
+                    on_text(ev.text)
+        assert ev is not None  # generate yields at least the final event
+        return Completion(tokens, "".join(parts), ev.stats, ev.finish_reason)
+
     def generate(self, prompt: list[int], params: GenerationParams | None = None,
                  cancel: threading.Event | None = None, policy: DraftPolicy | None = None,
-                 draft_override: DraftOverride | None = None,
-                 on_step: Callable[[int, int], None] | None = None) -> Iterator[GenerationEvent]:
+                 draft_override: DraftOverride | None = None) -> Iterator[GenerationEvent]:
         """Decode after `prompt` (token ids); yields one event per step."""
         params = params or GenerationParams()
         params.validate()
@@ -157,7 +175,7 @@ class Engine:
         if policy is None:
             k_max = self.block_size - 1 if params.draft_max is None else params.draft_max
             policy = FixedDraftLength(min(k_max, self.block_size - 1) if speculative else 0)
-        return self._run(prompt, params, cancel, policy, draft_override, speculative, on_step)
+        return self._run(prompt, params, cancel, policy, draft_override, speculative)
 
     def reference_scores(self, prompt: list[int], continuation: list[int]) -> tuple[np.ndarray, np.ndarray]:
         """Teacher-forced plain decoding: the prompt is prefilled as plain
@@ -186,8 +204,8 @@ class Engine:
 
     # --- the loop -------------------------------------------------------------
     def _run(self, prompt: list[int], params: GenerationParams, cancel: threading.Event | None,
-             policy: DraftPolicy, draft_override: DraftOverride | None, speculative: bool,
-             on_step: Callable[[int, int], None] | None) -> Iterator[GenerationEvent]:
+             policy: DraftPolicy, draft_override: DraftOverride | None,
+             speculative: bool) -> Iterator[GenerationEvent]:
         st = GenerationStats(block_size=max(self.block_size, 2) if self.has_drafter else 16,
                              n_prompt=len(prompt))
         t_start = time.perf_counter()
@@ -233,8 +251,6 @@ class Engine:
                 st.t_total_s = t_now - t_start
                 policy.observe(k, n_acc, StepTiming(st.t_draft_s - draft_before, st.t_verify_s - verify_before,
                                                     t_now - t_step))
-                if on_step is not None:
-                    on_step(k, n_acc)
                 eog = self.target.is_eog(anchor)
                 visible = [t for t in emitted if not self.target.is_eog(t)]
                 text = stream.push(visible)

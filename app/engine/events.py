@@ -1,4 +1,4 @@
-"""What the engine yields: one event per decode step."""
+"""What the engine yields: one event per decode step, and a whole completion."""
 
 from __future__ import annotations
 
@@ -22,3 +22,12 @@ class GenerationEvent:
     @property
     def done(self) -> bool:
         return self.finish_reason is not None
+
+
+@dataclass
+class Completion:
+    """A whole generation, collected (Engine.complete)."""
+    tokens: list[int]  # every emitted token, stop string and EOS included as decoded
+    text: str  # the visible text (without a stop string)
+    stats: GenerationStats
+    finish_reason: str | None

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
+
+_HISTORIES = ("k_history", "accepted_history", "step_s_history")
 
 
 @dataclass
@@ -75,17 +77,20 @@ class GenerationStats:
         return (self.t_decode_s - self.t_llama_s) / self.t_decode_s if self.t_decode_s > 0 else 0.0
 
     def to_dict(self, history: bool = False) -> dict:
-        d = asdict(self)
-        if not history:
-            d.pop("k_history")
-            d.pop("accepted_history")
-            d.pop("step_s_history")
+        """The one serialisation of these stats (stored with messages, printed by the CLI, written
+        by the bench): every field, floats rounded, plus the derived rates. The per-step
+        histories only with `history` (they grow with the reply; a UI writes this every step)."""
+        d: dict = {}
+        for name in self.__dataclass_fields__:
+            if name in _HISTORIES and not history:
+                continue
+            v = getattr(self, name)
+            d[name] = list(v) if isinstance(v, list) else round(v, 6) if isinstance(v, float) else v
+        if history:
+            d["step_s_history"] = [round(x, 6) for x in self.step_s_history]
         d.update(tau=round(self.tau, 4), tau_spec=round(self.tau_spec, 4),
                  tokens_per_s=round(self.tokens_per_s, 3), host_share=round(self.host_share, 5),
                  acceptance_rate_by_pos=[round(x, 4) for x in self.acceptance_rate_by_pos])
-        for k, v in list(d.items()):
-            if isinstance(v, float):
-                d[k] = round(v, 6)
         return d
 
     @classmethod

@@ -69,14 +69,10 @@ def measure(plan: SplitPlan, prompt: str, max_tokens: int, oracle: list[int] | N
                 done = len(history) - len(toks)
                 ahead = oracle[done:done + k]
                 return ahead + [0] * (k - len(ahead))
-        out: list[int] = []
-        stats = None
-        for ev in engine.generate(toks, GenerationParams(max_tokens=max_tokens), draft_override=override):
-            out += ev.tokens
-            stats = ev.stats
+        done = engine.complete(toks, GenerationParams(max_tokens=max_tokens), draft_override=override)
         rows = engine.ctx.memory_breakdown() + (engine.dctx.memory_breakdown() if engine.dctx is not None else [])
-        return {"tokens": out, "prompt_tokens": toks, "load_s": round(load_s, 3),
-                "drafted": stats.drafted if stats else 0, "accepted": stats.accepted if stats else 0,
+        return {"tokens": done.tokens, "prompt_tokens": toks, "load_s": round(load_s, 3),
+                "drafted": done.stats.drafted, "accepted": done.stats.accepted,
                 "target_devices": engine.target.device_names(),
                 "drafter_devices": engine.drafter.device_names() if engine.drafter else [],
                 "breakdown": [list(r) for r in rows], "actual": actual_bytes(rows, plan),

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from app.engine.calibration import cached_calibration
+from app.engine.dflash import Engine
 from app.engine.params import GenerationParams
 
 # a neutral request; its text only sets the context length (lowercase: tiny test vocabularies have no capitals)
@@ -28,28 +30,22 @@ class Baseline:
         return {"tokens_per_s": round(self.tokens_per_s, 3), "source": self.source, "n_tokens": self.n_tokens}
 
 
-def measure_baseline(engine, prompt_text: str, n_tokens: int = 24) -> Baseline:  # noqa: ANN001 - an Engine
+def measure_baseline(engine: Engine, prompt_text: str, n_tokens: int = 24) -> Baseline:
     """Plain tokens/s of `engine`'s target: the calibration's when this pair has one cached (the
     adaptive draft length calibrates on first use), else a short plain run of `prompt_text` (a chat
     prompt in the model's format). A full calibration is not started here: it takes far longer than
     the plain run on a CPU, and a user who never picks "auto" never needs it."""
-    from app.engine.calibration import cache_dir, cache_key, calibrate
-
-    if (cache_dir() / f"{cache_key(engine)}.json").exists():
-        tps = float(calibrate(engine).plain_tokens_per_s)
-        if tps > 0:
-            return Baseline(tps, SOURCE_CALIBRATION)
+    cached = cached_calibration(engine)
+    if cached is not None and cached.plain_tokens_per_s > 0:
+        return Baseline(float(cached.plain_tokens_per_s), SOURCE_CALIBRATION)
     return measure_plain_run(engine, prompt_text, n_tokens)
 
 
-def measure_plain_run(engine, prompt_text: str, n_tokens: int = 24) -> Baseline:  # noqa: ANN001
+def measure_plain_run(engine: Engine, prompt_text: str, n_tokens: int = 24) -> Baseline:
     """Decode `n_tokens` greedily without drafting (after a short warm-up) and time it."""
     prompt = engine.tokenize(prompt_text)
     # the warm-up pays one-time costs (first graph build, page faults) the measurement should not see
-    for _ in engine.generate(prompt, GenerationParams(max_tokens=2, speculative=False)):
-        pass
-    st = None
-    for ev in engine.generate(prompt, GenerationParams(max_tokens=n_tokens, speculative=False)):
-        st = ev.stats
+    engine.complete(prompt, GenerationParams(max_tokens=2, speculative=False))
+    st = engine.complete(prompt, GenerationParams(max_tokens=n_tokens, speculative=False)).stats
     engine.reset()
-    return Baseline(st.tokens_per_s if st else 0.0, SOURCE_PLAIN_RUN, st.n_generated if st else 0)
+    return Baseline(st.tokens_per_s, SOURCE_PLAIN_RUN, st.n_generated)

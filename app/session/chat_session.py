@@ -14,12 +14,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from app.chat.format import ChatMessage, PromptFormat, prompt_format_of
 from app.engine.adaptive import AdaptiveDraftLength, new_adaptive_policy
 from app.engine.calibration import CostModel
 from app.engine.events import FINISH_CANCELLED
-from app.engine.prompt_format import ChatMessage, PromptFormat, format_for_model
 from app.engine.stats import GenerationStats
-from app.errors import FlashDeskError
 from app.session.baseline import BASELINE_REQUEST, Baseline, measure_baseline
 from app.session.conversation_ops import ConversationError
 from app.session.documents import ChatDocuments
@@ -29,7 +28,7 @@ from app.store import Store
 from app.store.records import STATUS_DONE, STATUS_ERROR, STATUS_STOPPED, STATUS_STREAMING
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ReplyUpdate:
     """One step of a reply, as a UI shows it (a snapshot: safe to hand to another thread)."""
     conversation_id: int
@@ -61,7 +60,7 @@ class ChatSession:
         self.baseline = baseline
         # where chats with collections retrieve from (the default documents database unless given)
         self.documents = documents or ChatDocuments()
-        self.format: PromptFormat = _prompt_format(engine)
+        self.format: PromptFormat = prompt_format_of(engine.target)
         self._adaptive: AdaptiveDraftLength | None = None  # draft length "auto": made on first use
         names = [Path(engine.target.path).name] + ([Path(engine.drafter.path).name] if engine.drafter else [])
         self.model_label = " + ".join(names)
@@ -138,7 +137,7 @@ class ChatSession:
                 if ev.finish_reason is not None:
                     status = STATUS_STOPPED if ev.finish_reason == FINISH_CANCELLED else STATUS_DONE
                 final = ev.finish_reason is not None
-                payload = {"generation": st.to_dict(history=True) if final else _light_stats(st),
+                payload = {"generation": st.to_dict(history=final),
                            "summary": summ.to_dict(), "tps_series": [round(x, 2) for x in series.points],
                            "finish_reason": ev.finish_reason, "prompt_format": self.format.name}
                 if grounded is not None:
@@ -148,9 +147,10 @@ class ChatSession:
                 # persist first, then show: a crash after the yield loses nothing shown
                 self.store.update_message(msg.id, content=content, status=status, stats=payload,
                                           drafted_spans=spans, sources=sources if final and sources else None)
-                yield ReplyUpdate(conv_id, msg.id, ev.text, drafted, content, status, _snapshot(st), summ, payload,
-                                  [list(s) for s in spans], list(series.points), ev.finish_reason,
-                                  [dict(s) for s in sources])
+                yield ReplyUpdate(conversation_id=conv_id, message_id=msg.id, delta=ev.text, drafted_chars=drafted,
+                                  content=content, status=status, stats=_snapshot(st), summary=summ, record=payload,
+                                  drafted_spans=[list(s) for s in spans], tps_series=list(series.points),
+                                  finish_reason=ev.finish_reason, sources=[dict(s) for s in sources])
         except GeneratorExit:
             self.store.update_message(msg.id, status=STATUS_STOPPED)
             raise
@@ -159,19 +159,6 @@ class ChatSession:
             raise
         finally:
             self.store.touch(conv_id)
-
-
-def _prompt_format(engine) -> PromptFormat:  # noqa: ANN001
-    template = engine.target.chat_template()
-    eos = ""
-    eos_id = engine.target.meta("tokenizer.ggml.eos_token_id")
-    if template and eos_id is not None:
-        try:
-            eos = engine.target.token_to_piece(int(eos_id), special=True).decode("utf-8", "replace")
-        except (ValueError, FlashDeskError):
-            eos = ""
-    # BOS comes from tokenization (add_special), so the template gets an empty bos_token: no double BOS
-    return format_for_model(template, bos_token="", eos_token=eos)
 
 
 def _mark_cited(sources: list[dict], answer: str) -> list[dict]:
@@ -196,17 +183,7 @@ def _add_span(spans: list[list[int]], start: int, end: int) -> None:
         spans.append([start, end])
 
 
-def _light_stats(st: GenerationStats) -> dict:
-    """What to_dict() gives, without the per-step histories and asdict's deep copies: the
-    streaming path writes this every step, and to_dict's cost grows with the reply."""
-    d = {k: v for k, v in vars(st).items() if k not in ("k_history", "accepted_history")}
-    d["draft_by_pos"], d["accept_by_pos"] = list(st.draft_by_pos), list(st.accept_by_pos)
-    d.update(tau=st.tau, tau_spec=st.tau_spec, tokens_per_s=st.tokens_per_s, host_share=st.host_share,
-             acceptance_rate_by_pos=st.acceptance_rate_by_pos)
-    return d
-
-
 def _snapshot(st: GenerationStats) -> GenerationStats:
     """A copy the worker will not mutate (the engine updates its stats object in place)."""
     return dataclasses.replace(st, draft_by_pos=list(st.draft_by_pos), accept_by_pos=list(st.accept_by_pos),
-                               k_history=[], accepted_history=[])
+                               k_history=[], accepted_history=[], step_s_history=[])

@@ -13,10 +13,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from app.chat.format import ChatMessage, PromptFormat
 from app.documents.answer import Source, conversation_renderer, fit_sources
 from app.documents.index import DocumentIndex, default_db_path
 from app.documents.retrieve import Retriever
-from app.engine.prompt_format import ChatMessage, PromptFormat
 
 DEFAULT_K = 5  # chunks retrieved per question: enough to cover, few enough to fit small contexts
 

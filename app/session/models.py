@@ -6,7 +6,15 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from app.bundled import default_drafter, default_target
+from app.engine.dflash import Engine, EngineConfig
+from app.engine.llama_objects import ModelPlacement
 from app.errors import ModelLoadError
+from app.scheduler.apply import engine_config
+from app.scheduler.errors import PlanInputError
+from app.scheduler.inventory import detect_inventory
+from app.scheduler.plan import SplitPlan
+from app.scheduler.planner import PlanRequest, plan_split
 from native.ggml_devices import list_devices
 
 DEVICE_CPU = "cpu"
@@ -40,26 +48,29 @@ class ModelSpec:
 
 def bundled_spec() -> ModelSpec:
     """The bundled default pair (the drafter is absent until one ships in assets/)."""
-    from app.bundled import default_drafter, default_target
-
-    drafter = default_drafter()
-    return ModelSpec(str(default_target()), str(drafter) if drafter else None)
+    return resolve_spec()
 
 
-def load_engine(spec: ModelSpec, progress: Callable[[str, float], bool] | None = None):  # noqa: ANN201
+def resolve_spec(target: str | None = None, drafter: str | None = None, no_drafter: bool = False,
+                 **kw) -> ModelSpec:  # noqa: ANN003 - the other ModelSpec fields
+    """The one rule for which pair to open: no target means the bundled target with the bundled
+    drafter; a target given opens with the drafter given (none if none); no_drafter opens the
+    target alone."""
+    if target is None:
+        bundled = default_drafter()
+        drafter = drafter or (str(bundled) if bundled else None)
+        target = str(default_target())
+    return ModelSpec(target, None if no_drafter else drafter, **kw)
+
+
+def load_engine(spec: ModelSpec, progress: Callable[[str, float], bool] | None = None) -> Engine:
     """Open the pair; errors (missing file, PairMismatch, ...) name the file and the problem."""
-    from app.engine.dflash import Engine, EngineConfig
-    from app.engine.llama_objects import ModelPlacement
-
     for label, path in (("target", spec.target), ("drafter", spec.drafter)):
         if path is not None and not Path(path).expanduser().is_file():
             raise ModelLoadError(f"{path}: the {label} model file does not exist")
     if spec.n_ctx < 64:
         raise ModelLoadError(f"{spec.target}: context length {spec.n_ctx} is too small (at least 64)")
     if spec.device == DEVICE_GPU:
-        from app.scheduler.apply import engine_config
-        from app.scheduler.errors import PlanInputError
-
         plan = plan_for(spec)
         try:
             cfg = engine_config(plan, n_threads=spec.n_threads)
@@ -72,12 +83,9 @@ def load_engine(spec: ModelSpec, progress: Callable[[str, float], bool] | None =
     return Engine(spec.target, spec.drafter, cfg, progress=progress)
 
 
-def plan_for(spec: ModelSpec):  # noqa: ANN201 - a SplitPlan
+def plan_for(spec: ModelSpec) -> SplitPlan:
     """The layer-split plan for this pair on the devices this machine has (the GPU split plan panel
     shows it; loading on the GPU applies it)."""
-    from app.scheduler.inventory import detect_inventory
-    from app.scheduler.planner import PlanRequest, plan_split
-
     return plan_split(spec.target, spec.drafter, detect_inventory(),
                       PlanRequest(n_ctx=spec.n_ctx, split=tuple(spec.split) if spec.split else None))
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import Qt
 
+from app.chat.format import ChatMessage, format_for_model
 from app.documents.answer import INSTRUCTIONS, conversation_renderer
 from app.documents.index import DocumentIndex
 from app.documents.indexer import Indexer
-from app.engine.prompt_format import ChatMessage, format_for_model
 from app.session.chat_session import ChatSession
 from app.session.conversation_ops import send_user_message
 from app.session.documents import ChatDocuments

@@ -1,6 +1,6 @@
 """What quantizing a drafter costs in acceptance: tau per quantization, as JSON.
 
-    python -m gguf_tools.quant_tau --target T.gguf --drafter D.gguf --prompts P.jsonl
+    flashdesk quant-tau --target T.gguf --drafter D.gguf --prompts P.jsonl
         [--variants F16,Q8_0,Q4_K_M,Q4_K_M+Q8_0] [--limit N] [--max-tokens 64] [--draft-max K]
         [--out-dir DIR] [--json OUT.json]
 
@@ -22,6 +22,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from app.bench.prompt_sets import load_prompts, prompt_text
+from app.bench.runner import run_mode
+from app.chat.format import prompt_format_of
+from app.engine.dflash import Engine, EngineConfig
 from app.errors import FlashDeskError
 from gguf_tools.quantize import quantize
 from gguf_tools.reader import read_gguf
@@ -38,14 +42,12 @@ def parse_variant(v: str) -> tuple[str, str | None]:
 def measure_variant(target: Path, drafter: Path, prompts: list, max_tokens: int, draft_max: int | None,
                     n_ctx: int = 2048) -> dict:
     """Greedy DFlash generation over `prompts` with one drafter file; tau and acceptance."""
-    from app.bench import prompt_text, run_mode
-    from app.engine.dflash import Engine, EngineConfig
-
     engine = Engine(target, drafter, EngineConfig(n_ctx=n_ctx))
     try:
+        fmt = prompt_format_of(engine.target)
         rows = []
         for bp in prompts:
-            text, stop = prompt_text(bp)
+            text, stop = prompt_text(bp, fmt)
             r = run_mode(engine, engine.tokenize(text), "fixed", max_tokens, draft_max, stop)
             rows.append({"id": bp.id, "tau": r["tau"], "drafted": r["drafted"], "accepted": r["accepted"],
                          "steps": r["steps"], "tokens_per_s": r["tokens_per_s"],
@@ -94,9 +96,8 @@ def sweep(target: Path, drafter: Path, prompts: list, variants: list[str], out_d
 
 
 def main(argv: list[str] | None = None) -> int:
-    from app.bench import load_prompts
 
-    ap = argparse.ArgumentParser(prog="python -m gguf_tools.quant_tau", description=__doc__,
+    ap = argparse.ArgumentParser(prog="flashdesk quant-tau", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", required=True)
     ap.add_argument("--drafter", required=True, help="the drafter in F16 or F32 (quantized from this)")

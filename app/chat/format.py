@@ -20,11 +20,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import date
+from typing import TYPE_CHECKING
 
 from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from app.errors import FlashDeskError
+
+if TYPE_CHECKING:
+    from app.engine.llama_objects import LlamaModel
 
 PLAIN_FORMAT_NAME = "plain (User:/Assistant:)"
 
@@ -96,7 +100,23 @@ def render_template(template: str, messages: list[ChatMessage], add_generation_p
 
 
 def format_for_model(template: str | None, bos_token: str = "", eos_token: str = "") -> PromptFormat:
-    """The prompt format of a model: its own template, or the plain fallback."""
+    """The prompt format for a chat template (or the plain fallback for None)."""
     if template:
         return PromptFormat("model template", template, bos_token, eos_token, stop=[])
     return PromptFormat(PLAIN_FORMAT_NAME, None, stop=list(PLAIN_STOP))
+
+
+def prompt_format_of(model: LlamaModel) -> PromptFormat:
+    """The prompt format of a loaded target: its GGUF's chat template (with its EOS token),
+    or the plain fallback. The one place the app, the CLI, the bench and the documents
+    choose how a conversation becomes text."""
+    template = model.chat_template()
+    eos = ""
+    eos_id = model.meta("tokenizer.ggml.eos_token_id")
+    if template and eos_id is not None:
+        try:
+            eos = model.token_to_piece(int(eos_id), special=True).decode("utf-8", "replace")
+        except (ValueError, FlashDeskError):
+            eos = ""
+    # BOS comes from tokenization (add_special), so the template gets an empty bos_token: no double BOS
+    return format_for_model(template, bos_token="", eos_token=eos)

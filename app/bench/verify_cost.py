@@ -24,13 +24,15 @@ import sys
 import time
 from pathlib import Path
 
+from app.bench.info import run_info
+from app.engine.llama_objects import ContextConfig, LlamaContext, LlamaModel, TokenBatch
+
 STOCK_ENV = {"GGML_CPU_SMALLBATCH": "0", "GGML_CPU_FA_SMALL": "0"}
 
 
 def measure(target: Path, ns: list[int], rounds: int, reps: int = 3, context: int = 120,
             n_threads: int = 0) -> dict[str, list[float]]:
     """Seconds per pass, per size (and "1-again"), over all rounds."""
-    from app.engine.llama_objects import ContextConfig, LlamaContext, LlamaModel, TokenBatch
 
     model = LlamaModel(target)
     ctx = LlamaContext(model, ContextConfig(n_ctx=max(1024, context + 64), n_batch=512, n_ubatch=512,
@@ -77,14 +79,12 @@ def _p10_p90(xs: list[float]) -> tuple[float, float]:
 def run(target: Path, ns: list[int], rounds: int, compare_stock: bool, n_threads: int = 0) -> dict:
     """Measure in child processes (the kernels are chosen when the library loads): ours, and
     with --compare-stock the stock kernels, alternating one round at a time."""
-    from app.bench import run_info_static
-
     kinds = ["flashdesk"] + (["stock"] if compare_stock else [])
     acc: dict[str, dict[str, list[float]]] = {k: {} for k in kinds}
     for r in range(rounds):
         for kind in kinds:
             env = os.environ | (STOCK_ENV if kind == "stock" else {})
-            cmd = [sys.executable, "-m", "app.bench_verify", str(target), ",".join(map(str, ns)), "1",
+            cmd = [sys.executable, "-m", "app.bench.verify_cost", str(target), ",".join(map(str, ns)), "1",
                    str(n_threads)]
             res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
             if res.returncode != 0:
@@ -92,7 +92,7 @@ def run(target: Path, ns: list[int], rounds: int, compare_stock: bool, n_threads
             for key, v in json.loads(res.stdout.strip().splitlines()[-1]).items():
                 acc[kind].setdefault(key, []).extend(v)
         print(f"[verify-cost] round {r + 1}/{rounds}", file=sys.stderr, flush=True)
-    out: dict = {"run": run_info_static(n_threads), "target": str(target), "context": 120, "rounds": rounds,
+    out: dict = {"run": run_info(n_threads), "target": str(target), "context": 120, "rounds": rounds,
                  "sizes": ns}
     for kind in kinds:
         out[kind] = summarize(acc[kind])

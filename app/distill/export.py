@@ -16,10 +16,10 @@ import gguf
 import numpy as np
 import torch
 
-from gguf_tools.distill.model import Drafter
+from app.distill.model import Drafter
 from gguf_tools.header import add_transformer_header
 from gguf_tools.reader import read_gguf
-from gguf_tools.synth import _copy_vocab
+from gguf_tools.synth import copy_vocab
 
 
 def export_gguf(model: Drafter, target: str | Path, out: str | Path, dtype: str = "f16",
@@ -44,7 +44,7 @@ def export_gguf(model: Drafter, target: str | Path, out: str | Path, dtype: str 
     if c.activation == "gelu":
         w.add_string("dflash.hidden_activation", "gelu_pytorch_tanh")
     w.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if dtype == "f16" else gguf.LlamaFileType.ALL_F32)
-    _copy_vocab(w, Path(target))
+    copy_vocab(w, Path(target))
     w.add_mask_token_id(int(c.mask_token_id))
 
     def t(x: torch.Tensor, matrix: bool = True) -> np.ndarray:

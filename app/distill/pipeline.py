@@ -1,4 +1,4 @@
-"""python -m gguf_tools distill --target T.gguf --out D.gguf [options]
+"""flashdesk distill --target T.gguf --out D.gguf [options]
 
 The whole pipeline, resumable at every stage (re-run the same command after
 an interruption): build the prompt corpus, let the target write responses
@@ -14,7 +14,18 @@ import argparse
 import json
 import sys
 import time
+from collections import Counter
 from pathlib import Path
+
+import torch
+
+from app.distill.card import write_card
+from app.distill.corpus import build_corpus
+from app.distill.dataset import DistillData, pack
+from app.distill.export import export_gguf
+from app.distill.generate import GenConfig, generate_dataset
+from app.distill.train import TrainConfig, build_drafter, train
+from gguf_tools.reader import read_gguf
 
 
 def default_taps(n_layer: int, n: int = 5) -> list[int]:
@@ -28,7 +39,7 @@ def default_drafter_layers(n_params: float) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m gguf_tools distill", description=__doc__,
+    ap = argparse.ArgumentParser(prog="flashdesk distill", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", required=True)
     ap.add_argument("--out", required=True, help="drafter GGUF to write")
@@ -51,8 +62,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", default="f16", choices=["f16", "f32"])
     args = ap.parse_args(argv)
 
-    from gguf_tools.reader import read_gguf
-
     target = Path(args.target).expanduser()
     info = read_gguf(target)
     work = Path(args.work).expanduser() if args.work else Path.home() / ".cache" / "flashdesk" / "distill" / target.stem
@@ -66,9 +75,6 @@ def main(argv: list[str] | None = None) -> int:
 
     data_dir = work / "data"
     if args.stage in ("all", "generate"):
-        from gguf_tools.distill.corpus import build_corpus
-        from gguf_tools.distill.generate import GenConfig, generate_dataset
-
         n_code = int(args.prompts * 0.75)
         corpus = build_corpus(n_code=n_code, n_chat=args.prompts - n_code)
         say(f"corpus: {len(corpus)} prompts (HumanEval excluded)")
@@ -77,10 +83,6 @@ def main(argv: list[str] | None = None) -> int:
         say(f"generation: {json.dumps(res)}")
         if args.stage == "generate":
             return 0
-
-    from gguf_tools.distill.dataset import DistillData, pack
-    from gguf_tools.distill.export import export_gguf
-    from gguf_tools.distill.train import TrainConfig, build_drafter, train
 
     tag = "-".join(map(str, taps))
     packed = work / f"packed-{tag}"
@@ -100,16 +102,10 @@ def main(argv: list[str] | None = None) -> int:
         state = train(model, data, cfg, ckpt, progress=say)
         say(f"training done: {json.dumps(state['history'][-1])}")
     else:
-        import torch
-
         ck = torch.load(ckpt / "last.pt", weights_only=False)
         model.load_state_dict(ck["model"])
     out = export_gguf(model, target, args.out, dtype=args.dtype)
     say(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB) in {(time.time() - t0) / 60:.1f} min")
-    from collections import Counter
-
-    from gguf_tools.distill.card import write_card
-
     hist = json.loads((ckpt / "history.json").read_text())["history"]
     card = write_card(out, target, ckpt, data.meta, len(data), int((data.lengths - data.n_prompt).sum()),
                       dict(Counter(data.kinds.tolist())), float(hist[-1].get("minutes", 0.0)),

@@ -22,7 +22,7 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.engine.prompt_format import ChatMessage, render_plain
+from app.chat.format import ChatMessage, render_plain
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,1 @@
+"""Benchmarks: the bench runner (plain vs DFlash over prompt files), verify cost, prompt sets, plots."""

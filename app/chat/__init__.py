@@ -1,0 +1,1 @@
+"""Conversations as prompt text: chat templates and the plain fallback format."""

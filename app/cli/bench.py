@@ -1,0 +1,106 @@
+"""The measuring subcommands: `flashdesk bench`, `verify-cost`, `calibrate` and `prompts`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from app.bench import plot, prompt_sets, runner, verify_cost
+from app.bundled import default_target
+from app.cli.common import add_model_args, open_engine
+from app.engine.calibration import calibrate
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    b = sub.add_parser("bench", help="plain vs DFlash over a JSONL prompt file")
+    add_model_args(b)
+    b.add_argument("--prompts", required=True, help="JSONL with id, prompt, optional category and format")
+    b.add_argument("--max-tokens", type=int, default=128)
+    b.add_argument("--draft-max", type=int, default=None)
+    b.add_argument("--mode", default="plain,fixed", help=f"comma list of {','.join(runner.MODES)}")
+    b.add_argument("--limit", type=int, default=None, help="only the first N prompts")
+    b.add_argument("--no-check", action="store_true", help="skip the teacher-forced lossless check")
+    b.add_argument("--json", help="write full results here")
+    b.add_argument("--plot", help="write a PNG plot here")
+    b.set_defaults(func=cmd_bench)
+
+    v = sub.add_parser("verify-cost", help="steady-state cost of a target pass of n tokens (JSON)")
+    v.add_argument("--target", help="target GGUF (default: the bundled Gemma 3 270M)")
+    v.add_argument("--sizes", default="1,2,3,4,5,6,7,8,12,16", help="token counts n (default 1..8,12,16)")
+    v.add_argument("--rounds", type=int, default=10, help="rounds over all sizes (default 10)")
+    v.add_argument("--threads", type=int, default=0, help="CPU threads (default: all cores)")
+    v.add_argument("--compare-stock", action="store_true",
+                   help="also measure llama.cpp's stock CPU kernels (same build, kernels switched off)")
+    v.add_argument("--json", help="also write the result to this file")
+    v.add_argument("--plot", help="also draw it to this PNG")
+    v.set_defaults(func=cmd_verify_cost)
+
+    c = sub.add_parser("calibrate", help="the cost model of speculation for this pair, measured in the loop (JSON)")
+    add_model_args(c)
+    c.add_argument("--fresh", action="store_true", help="measure again instead of reading the cache")
+    c.set_defaults(func=cmd_calibrate)
+
+    p = sub.add_parser("prompts", help="write a bundled prompt set as JSONL")
+    p.add_argument("name", help="humaneval | low-acceptance | distill-eval")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_prompts)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    engine = open_engine(args)
+    try:
+        prompts = prompt_sets.load_prompts(args.prompts, args.limit)
+        modes = [m.strip() for m in args.mode.split(",") if m.strip()]
+        result = runner.bench(engine, prompts, modes, max_tokens=args.max_tokens, draft_max=args.draft_max,
+                              check=not args.no_check, progress=runner.log,
+                              partial=(lambda r: runner.write_json(r, args.json)) if args.json else None)
+        result["target"] = str(engine.target.path)
+        result["drafter"] = str(engine.drafter.path) if engine.drafter else None
+    finally:
+        engine.close()
+    if args.json:
+        runner.write_json(result, args.json)
+        runner.log(f"wrote {args.json}")
+    if args.plot:
+        plot.plot_bench(result, args.plot)
+        runner.log(f"wrote {args.plot}")
+    print(json.dumps(result["summary"], indent=2))
+    return 0
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    engine = open_engine(args)
+    try:
+        cm = calibrate(engine, use_cache=not args.fresh)
+        print(json.dumps({"target": str(engine.target.path),
+                          "drafter": str(engine.drafter.path) if engine.drafter else None,
+                          "plain_tokens_per_s": round(cm.plain_tokens_per_s, 3),
+                          "verify_ms": [round(x * 1e3, 3) for x in cm.verify_s[1:]],
+                          "verify_relative": [round(x, 3) for x in cm.relative_verify()],
+                          "draft_ms": [round(x * 1e3, 3) for x in cm.draft_s[1:]],
+                          "draft_relative_to_plain_step": [round(x / cm.verify_s[1], 3) for x in cm.draft_s[1:]],
+                          "inject_ms_per_token": round(cm.inject_s * 1e3, 4)}, indent=2))
+    finally:
+        engine.close()
+    return 0
+
+
+def cmd_verify_cost(args: argparse.Namespace) -> int:
+    target = Path(args.target) if args.target else default_target()
+    sizes = [int(x) for x in args.sizes.split(",")]
+    out = verify_cost.run(target, sizes, args.rounds, args.compare_stock, args.threads)
+    text = json.dumps(out, indent=2)
+    if args.json:
+        Path(args.json).write_text(text + "\n")
+    if args.plot:
+        plot.plot_verify_cost(out, args.plot)
+    print(text)
+    return 0
+
+
+def cmd_prompts(args: argparse.Namespace) -> int:
+    n = prompt_sets.write_prompt_set(args.name, args.out)
+    print(f"wrote {n} prompts to {args.out}", file=sys.stderr)
+    return 0

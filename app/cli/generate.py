@@ -1,0 +1,62 @@
+"""`flashdesk generate`: one generation from the command line (text, or JSON with --json)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from app.chat.format import ChatMessage, prompt_format_of
+from app.cli.common import add_model_args, open_engine
+from app.engine.adaptive import new_adaptive_policy
+from app.engine.params import GenerationParams
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    g = sub.add_parser("generate", help="one generation (JSON with --json)")
+    add_model_args(g)
+    g.add_argument("--prompt", help="prompt text (default: stdin)")
+    g.add_argument("--chat", action="store_true",
+                   help="send the prompt as a user turn in the model's chat format (its template, or the app's "
+                        "plain format)")
+    g.add_argument("--max-tokens", type=int, default=128)
+    g.add_argument("--temperature", type=float, default=0.0)
+    g.add_argument("--top-k", type=int, default=40)
+    g.add_argument("--top-p", type=float, default=1.0)
+    g.add_argument("--min-p", type=float, default=0.0)
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--stop", action="append", help="stop string (repeatable)")
+    g.add_argument("--no-spec", action="store_true", help="plain decoding (the baseline)")
+    g.add_argument("--draft-max", type=int, default=None, help="fixed draft length (default: block size - 1)")
+    g.add_argument("--adaptive", action="store_true", help="choose the draft length per step from measured costs")
+    g.add_argument("--json", action="store_true")
+    g.set_defaults(func=cmd_generate)
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    engine = open_engine(args)
+    try:
+        text = args.prompt if args.prompt is not None else sys.stdin.read()
+        stop = list(args.stop or [])
+        if args.chat:
+            fmt = prompt_format_of(engine.target)
+            text = fmt.render([ChatMessage("user", text)])
+            stop += fmt.stop
+        params = GenerationParams(max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k,
+                                  top_p=args.top_p, min_p=args.min_p, seed=args.seed, stop=stop,
+                                  speculative=not args.no_spec, draft_max=args.draft_max)
+        prompt = engine.tokenize(text)
+        policy = new_adaptive_policy(engine) if args.adaptive and engine.has_drafter and not args.no_spec else None
+        echo = None if args.json else (lambda t: print(t, end="", flush=True))
+        done = engine.complete(prompt, params, policy=policy, on_text=echo)
+        st = done.stats
+        if args.json:
+            print(json.dumps({"text": done.text, "prompt_tokens": prompt, "tokens": done.tokens,
+                              "stats": st.to_dict(), "finish_reason": done.finish_reason,
+                              "speculative": params.speculative and engine.has_drafter}))
+        else:
+            print(f"\n[{st.n_generated} tokens, {st.tokens_per_s:.1f} tok/s, tau {st.tau:.2f}, {done.finish_reason}]",
+                  file=sys.stderr)
+    finally:
+        engine.close()
+    return 0
