@@ -1,9 +1,10 @@
 """The engine in a worker QObject on its own QThread (GPT4All's ChatLLM shape).
 
 The UI never touches the engine: it emits request signals (queued into the
-worker thread) and receives snapshots (ReplyUpdate, Baseline) through queued
-signals. Stop is a threading.Event per request, set directly from the UI
-thread, because the worker is busy inside the decode loop and only checks
+worker thread) and receives snapshots (ReplyUpdate, Baseline, SplitPlan)
+through queued signals; whatever loads native libraries or probes devices
+runs here too. Stop is a threading.Event per request, set directly from the
+UI thread, because the worker is busy inside the decode loop and only checks
 the event between steps.
 """
 
@@ -16,8 +17,12 @@ from pathlib import Path
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from app.errors import FlashDeskError
-from app.session.models import ModelSpec
+from app.session.chat_session import ChatSession
+from app.session.documents import ChatDocuments
+from app.session.models import ModelSpec, bundled_spec, gpu_available, load_engine, plan_for
 from app.session.settings import ChatSettings
+from app.store import Store
+from gguf_tools.pair import check_pair
 
 
 @dataclass
@@ -56,26 +61,24 @@ class EngineWorker(QObject):
     replyFailed = Signal(int, str)  # conversation id, message
     replyEnded = Signal(int)  # conversation id: always sent last, after an update, a failure or nothing
     devicesFound = Signal(bool)  # a GPU is usable
+    planReady = Signal(object)  # app.scheduler.SplitPlan for the ModelSpec asked
+    planFailed = Signal(str)
 
     def __init__(self, db_path: Path, documents_db: Path | None = None):
         super().__init__()
         self._db_path = db_path
         self._documents_db = documents_db  # the documents index chats with collections retrieve from
-        self._store = None
+        self._store: Store | None = None
         self._engine = None
-        self._session = None
+        self._session: ChatSession | None = None
 
-    def _the_store(self):  # noqa: ANN202 - opened in the worker thread: sqlite connections stay in their thread
-        if self._store is None:
-            from app.store import Store
-
+    def _the_store(self) -> Store:
+        if self._store is None:  # opened in the worker thread: sqlite connections stay in their thread
             self._store = Store(self._db_path)
         return self._store
 
     @Slot()
     def probe_devices(self) -> None:
-        from app.session.models import gpu_available
-
         try:
             self.devicesFound.emit(gpu_available())
         except (OSError, FlashDeskError):
@@ -83,11 +86,6 @@ class EngineWorker(QObject):
 
     @Slot(object)
     def load(self, req: LoadRequest) -> None:
-        from app.session.chat_session import ChatSession
-        from app.session.documents import ChatDocuments
-        from app.session.models import bundled_spec, load_engine
-        from gguf_tools.pair import check_pair
-
         if req.cancel.is_set():  # superseded by a newer load before it started
             return
         try:
@@ -111,7 +109,7 @@ class EngineWorker(QObject):
         self.loaded.emit(ModelInfo(spec, self._session.model_label, engine.has_drafter,
                                    engine.block_size, self._session.format.name, engine.n_ctx))
         if req.calibrate and engine.has_drafter:
-            self._calibrate(engine)
+            self._calibrate()
         self.loadProgress.emit("baseline", 0.0)
         try:
             self.baselineReady.emit(self._session.measure_baseline())
@@ -119,16 +117,24 @@ class EngineWorker(QObject):
             self.loadFailed.emit(f"measuring the plain-decoding baseline failed: {e}")
         self.loadProgress.emit("baseline", 1.0)
 
-    def _calibrate(self, engine) -> None:  # noqa: ANN001
+    def _calibrate(self) -> None:
         """Measure (or read from the on-disk cache) the cost model "auto" needs, while the user
         watches the load progress, instead of silently at the first reply."""
-        from app.engine.calibration import calibrate
-
         self.loadProgress.emit("calibrating", -1.0)  # -1: no fraction known
         try:
-            calibrate(engine)
+            self._session.calibrate()
         except FlashDeskError as e:
             self.loadFailed.emit(f"calibrating the draft-length costs failed: {e}")
+
+    @Slot(object)
+    def plan(self, spec: ModelSpec) -> None:
+        """Plan `spec` on this machine's devices (detecting them loads the native libraries)."""
+        try:
+            self.planReady.emit(plan_for(spec))
+        except FlashDeskError as e:
+            self.planFailed.emit(f"cannot plan {spec.label}: {e}")
+        except Exception as e:  # a bad path or an unreadable GGUF: said in the window, the app goes on
+            self.planFailed.emit(f"cannot plan {spec.label}: {type(e).__name__}: {e}")
 
     @Slot()
     def unload(self) -> None:
@@ -176,6 +182,7 @@ class EngineController(QObject):
     _generateRequested = Signal(object)
     _shutdownRequested = Signal()
     _probeRequested = Signal()
+    _planRequested = Signal(object)
 
     def __init__(self, db_path: Path, parent: QObject | None = None, documents_db: Path | None = None):
         super().__init__(parent)
@@ -188,12 +195,17 @@ class EngineController(QObject):
         self._generateRequested.connect(self.worker.generate)
         self._shutdownRequested.connect(self.worker.shutdown)
         self._probeRequested.connect(self.worker.probe_devices)
+        self._planRequested.connect(self.worker.plan)
         self.current_reply: ReplyRequest | None = None
         self.current_load: LoadRequest | None = None
         self.thread.start()
 
     def probe_devices(self) -> None:
         self._probeRequested.emit()
+
+    def plan(self, spec: ModelSpec) -> None:
+        """Plan `spec` in the worker thread: planReady or planFailed answers (after a load or reply in flight)."""
+        self._planRequested.emit(spec)
 
     def load(self, spec: ModelSpec | None, calibrate: bool = False) -> None:
         if self.current_load is not None:
