@@ -108,6 +108,15 @@ class ModelPanel(QWidget):
         if i >= 0 and self.device_combo.model().item(i).isEnabled():
             self.device_combo.setCurrentIndex(i)
 
+    def fill_pair(self, target: str, drafter: str | None) -> None:
+        """Put a pair in the fields (the user presses Load to use it)."""
+        self.target_edit.setText(target)
+        self.drafter_edit.setText(drafter or "")
+
+    def show_status(self, text: str) -> None:
+        """What is loaded, or what happens next (a split override, a downloaded pair)."""
+        self.status_label.setText(text)
+
     def set_gpu_available(self, on: bool) -> None:
         item = self.device_combo.model().item(1)
         item.setEnabled(on)

@@ -154,7 +154,7 @@ class PlanView(QWidget):
     def set_plan(self, plan: object, gpu_names: list[str] | None = None) -> None:
         """Show `plan` (a SplitPlan or its to_dict()); `gpu_names` is the inventory order
         the override shares refer to (default: the plan's device order)."""
-        d = plan.to_dict() if hasattr(plan, "to_dict") else dict(plan)  # type: ignore[arg-type]
+        d = dict(plan) if isinstance(plan, dict) else plan.to_dict()  # type: ignore[attr-defined]
         while self.grid.count():
             w = self.grid.takeAt(0).widget()
             if w is not None:
@@ -193,6 +193,10 @@ class PlanView(QWidget):
         if len(gpus) > 1 and llama.get("tensor_split"):
             shares = dict(zip(gpus, llama["tensor_split"], strict=False))
             self.ratio_edit.setText(",".join(f"{shares.get(n, 0):g}" for n in self.gpu_names))
+
+    def show_note(self, text: str) -> None:
+        """A line in the verdict's place: a plan being made, or why there is none."""
+        self.verdict.setText(text)
 
     @staticmethod
     def _caption(dev: dict) -> str:

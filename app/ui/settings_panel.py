@@ -98,6 +98,10 @@ class SettingsPanel(QWidget):
         finally:
             self._loading = False
 
+    def show_prompt_format(self, name: str) -> None:
+        """The loaded model's prompt format, under the system prompt it goes into."""
+        self.format_label.setText(f"prompt format: {name}")
+
     def current(self) -> ChatSettings:
         return ChatSettings(temperature=self.temperature.value(), top_k=self.top_k.value(),
                             top_p=self.top_p.value(), min_p=self.min_p.value(), seed=self.seed.value(),

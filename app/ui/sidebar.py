@@ -82,6 +82,13 @@ class Sidebar(QWidget):
         if emit:
             self.conversationSelected.emit(conv_id)
 
+    def clear_search(self) -> None:
+        self.search.clear()
+
+    def set_delete_enabled(self, on: bool) -> None:
+        """Off while the selected chat is generating a reply."""
+        self.delete_button.setEnabled(on)
+
     def selected_id(self) -> int | None:
         return self._selected
 
