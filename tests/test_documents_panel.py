@@ -10,7 +10,8 @@ import pytest
 from documents_corpus import BROKEN, build_corpus
 
 from app.documents.index import INDEXED, PENDING, SKIPPED, DocumentIndex
-from app.ui.documents_panel import DocumentsPanel, SourcesList
+from app.ui.documents_panel import DocumentsPanel
+from app.ui.sources_list import SourcesList
 
 pytest.importorskip("pytestqt")
 

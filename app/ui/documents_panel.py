@@ -1,6 +1,5 @@
 """The documents panel: collections, their files with state and errors, indexing
-progress with cancel. (SourcesList, the sources under an answer, lives in
-app/ui/sources_list.py.)
+progress with cancel.
 
 Indexing runs in an IndexWorker on its own QThread with its own database
 connection; the panel reads through another (SQLite WAL lets both work at
@@ -34,10 +33,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.documents.embedding import EmbeddingModel
 from app.documents.index import FAILED, INDEXED, PENDING, SKIPPED, DocumentIndex, FileRecord, default_db_path
 from app.documents.indexer import FileEvent, Indexer, IndexProgress
 from app.errors import FlashDeskError
-from app.ui.sources_list import SourcesList  # noqa: F401 - its home before app/ui/sources_list.py
 
 _STATE_COLOURS = {INDEXED: "#1b7f3b", PENDING: "#6a717a", SKIPPED: "#9a6700", FAILED: "#b42318"}
 
@@ -54,7 +53,7 @@ class IndexWorker(QObject):
         super().__init__()
         self._db_path = db_path
         self._index: DocumentIndex | None = None
-        self._embedders: dict[str, object] = {}
+        self._embedders: dict[str, EmbeddingModel] = {}
 
     @Slot(str, object)
     def run(self, collection: str, cancel: threading.Event) -> None:
@@ -77,12 +76,10 @@ class IndexWorker(QObject):
         except Exception as e:  # noqa: BLE001 - the panel shows it; the thread must live on
             self.failed.emit(collection, f"{type(e).__name__}: {e}")
 
-    def _embedder(self, path: str | None) -> object | None:
+    def _embedder(self, path: str | None) -> EmbeddingModel | None:
         if not path:
             return None
         if path not in self._embedders:
-            from app.documents.embedding import EmbeddingModel
-
             self._embedders[path] = EmbeddingModel(path)
         return self._embedders[path]
 

@@ -6,6 +6,12 @@ import os
 import sys
 from typing import TextIO
 
+from app.session.chat_session import ChatSession
+from app.session.conversation_ops import send_user_message
+from app.session.models import ModelSpec, bundled_spec, load_engine
+from app.session.settings import ChatSettings
+from app.store import Store
+
 HEADLESS_PROMPT = "What is speculative decoding, in one sentence?"
 
 
@@ -17,14 +23,8 @@ def has_display() -> bool:
 
 
 def run_headless(out: TextIO = sys.stdout, prompt: str = HEADLESS_PROMPT, max_tokens: int = 32,
-                 spec=None) -> int:  # noqa: ANN001 - an app.session.models.ModelSpec
+                 spec: ModelSpec | None = None) -> int:
     """Stream one chat reply from the bundled pair (or `spec`) through the same session the app uses."""
-    from app.session.chat_session import ChatSession
-    from app.session.conversation_ops import send_user_message
-    from app.session.models import bundled_spec, load_engine
-    from app.session.settings import ChatSettings
-    from app.store import Store
-
     print("flashdesk: no display found (DISPLAY / WAYLAND_DISPLAY unset), so the desktop window cannot open.\n"
           "Running a short headless generation on the bundled pair instead. To see the app, run it in a\n"
           "desktop session, or e.g. `xvfb-run flashdesk` / QT_QPA_PLATFORM=offscreen.", file=out)

@@ -12,15 +12,15 @@ _T0 = time.perf_counter()  # close enough to process start: this module is impor
 
 def run_app(args: argparse.Namespace | None = None) -> int:
     """Open the main window (the model loads in the background); headless fallback without a display."""
-    from app.ui.headless import has_display, run_headless
+    from app.ui.headless import has_display, run_headless  # noqa: PLC0415 - after _T0: start-up time includes it
 
     if getattr(args, "headless", False) or not has_display():
         return run_headless()
-    from PySide6.QtCore import QTimer
-    from PySide6.QtWidgets import QApplication
+    from PySide6.QtCore import QTimer  # noqa: PLC0415 - Qt only with a display (a server may lack QtGui's GL libs)
+    from PySide6.QtWidgets import QApplication  # noqa: PLC0415 - Qt only with a display
 
-    from app.store import Store, default_data_dir
-    from app.ui.main_window import MainWindow
+    from app.store import Store, default_data_dir  # noqa: PLC0415 - after _T0: start-up time includes it
+    from app.ui.main_window import MainWindow  # noqa: PLC0415 - Qt only with a display
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("FlashDesk")

@@ -1,8 +1,8 @@
 """SourcesList: the document sources of an answer, "[n] file, page p" rows; clicking
 one (or Enter) opens the file at that page (PDF) or line (text and code).
 
-Used under each chat reply that answered from documents and by the documents
-panel. The opener is app.documents.open_at.open_at unless one is given.
+Used under each chat reply that answered from documents. The opener is
+app.documents.open_at.open_at unless one is given.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from collections.abc import Callable
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QAbstractItemView, QFrame, QListWidget, QListWidgetItem, QWidget
 
+import app.documents.open_at
 from app.errors import FlashDeskError
 
 Opener = Callable[[str, int | None, int | None], object]  # (file, page, line)
@@ -36,9 +37,8 @@ class SourcesList(QListWidget):
 
     def __init__(self, parent: QWidget | None = None, opener: Opener | None = None, open_on_click: bool = False):
         super().__init__(parent)
-        if opener is None:
-            from app.documents.open_at import open_at as opener
-        self._opener = opener
+        # looked up per list, not bound at import: the window tests replace app.documents.open_at.open_at
+        self._opener = opener or app.documents.open_at.open_at
         self._last: tuple[int, float] = (-1, 0.0)
         self.sources: list[dict] = []
         self.itemActivated.connect(self._open)
