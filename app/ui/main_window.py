@@ -2,53 +2,42 @@
 
 Conversation edits (send, regenerate, edit) go to the store here through the
 Qt-free app.session.conversation_ops; replies are produced in the worker
-thread, which writes them to the store and sends snapshots back.
+thread, which writes them to the store and sends snapshots back. Every worker
+signal arrives at a slot here marked @skip_after_shutdown.
+
+Elsewhere: the Tools menu and its panels in tool_panels.py, the GPU split plan's
+wiring in split_plan.py, the texts about the model in status_text.py.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import sys
 from pathlib import Path
 
 from PySide6.QtCore import QByteArray, Qt, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
-from PySide6.QtWidgets import (
-    QDockWidget,
-    QHBoxLayout,
-    QLabel,
-    QMainWindow,
-    QPushButton,
-    QSplitter,
-    QTabWidget,
-    QVBoxLayout,
-    QWidget,
-)
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QMainWindow, QPushButton, QSplitter, QTabWidget, QVBoxLayout, QWidget
 
 from app.documents.index import default_db_path
 from app.errors import FlashDeskError
+from app.session.baseline import Baseline
 from app.session.chat_session import ReplyUpdate
 from app.session.conversation_ops import edit_user_message, prepare_regenerate, send_user_message
 from app.session.models import ModelSpec
 from app.session.settings import ChatSettings
 from app.store import Store
+from app.ui import status_text
 from app.ui.chat_view import ChatView
 from app.ui.collection_picker import CollectionPicker
 from app.ui.input_box import InputBox
 from app.ui.list_models import ConversationListModel, MessageListModel
 from app.ui.model_panel import ModelPanel
 from app.ui.settings_panel import SettingsPanel
+from app.ui.shutdown_guard import skip_after_shutdown
 from app.ui.sidebar import Sidebar
+from app.ui.split_plan import SplitPlanTool
 from app.ui.stats_panel import StatsPanel
+from app.ui.tool_panels import ToolPanels
 from app.ui.worker import EngineController, ModelInfo
-
-# (module, class, menu text, how it opens): other issues' panels, shown only once their module exists
-TOOL_HOOKS = [
-    ("app.ui.model_manager", "ModelManagerDialog", "Model manager…", "dialog"),
-    ("app.ui.plan_view", "PlanView", "GPU split plan", "dock"),
-    ("app.ui.documents_panel", "DocumentsPanel", "Documents", "dock"),
-]
 
 STATS_INTERVAL_MS = 100
 
@@ -62,6 +51,7 @@ class MainWindow(QMainWindow):
                  documents_db: str | Path | None = None):
         super().__init__()
         self.setWindowTitle("FlashDesk")
+        self.shut_down = False  # set first thing in shutdown(): worker signals still queued are dropped
         self.store = Store(db_path)
         self.store.recover_interrupted()
         # one documents index for the Documents panel, the chat's collection picker and retrieval
@@ -72,13 +62,13 @@ class MainWindow(QMainWindow):
         self.busy_conv: int | None = None
         self.model_info: ModelInfo | None = None
         self.loading = False
-        self._closed = False
         self._pending_stats: ReplyUpdate | None = None
         self._stats_timer = QTimer(self)
         self._stats_timer.setSingleShot(True)
         self._stats_timer.setInterval(STATS_INTERVAL_MS)
         self._stats_timer.timeout.connect(self._flush_stats)
         self._build()
+        self._build_menus()
         self._wire()
         self._restore()
         self.controller.probe_devices()
@@ -93,6 +83,26 @@ class MainWindow(QMainWindow):
         self.msg_model = MessageListModel(self.store, self)
         self.sidebar = Sidebar(self.conv_model)
 
+        self.stats_panel = StatsPanel()
+        self.settings_panel = SettingsPanel()
+        self.model_panel = ModelPanel()
+        self.tabs = QTabWidget()
+        self.tabs.addTab(self.stats_panel, "Stats")
+        self.tabs.addTab(self.settings_panel, "Settings")
+        self.tabs.addTab(self.model_panel, "Model")
+
+        self.splitter = QSplitter()
+        self.splitter.addWidget(self.sidebar)
+        self.splitter.addWidget(self._build_chat_column())
+        self.splitter.addWidget(self.tabs)
+        self.splitter.setStretchFactor(1, 1)
+        self.splitter.setSizes([220, 640, 340])
+        self.setCentralWidget(self.splitter)
+        self.resize(1280, 800)
+        self._set_busy(None)
+
+    def _build_chat_column(self) -> QWidget:
+        """The error banner, the transcript, the input box, and the row with Send."""
         center = QWidget()
         cl = QVBoxLayout(center)
         cl.setContentsMargins(4, 4, 4, 4)
@@ -108,7 +118,7 @@ class MainWindow(QMainWindow):
         self.input = InputBox()
         cl.addWidget(self.input)
         row = QHBoxLayout()
-        self.model_status = QLabel("no model loaded")
+        self.model_status = QLabel(status_text.NO_MODEL)
         self.model_status.setStyleSheet("color:#6a717a;")
         row.addWidget(self.model_status, 1)
         self.collection_picker = CollectionPicker(self.documents_db)
@@ -120,25 +130,7 @@ class MainWindow(QMainWindow):
         for b in (self.regenerate_button, self.stop_button, self.send_button):
             row.addWidget(b)
         cl.addLayout(row)
-
-        self.stats_panel = StatsPanel()
-        self.settings_panel = SettingsPanel()
-        self.model_panel = ModelPanel()
-        self.tabs = QTabWidget()
-        self.tabs.addTab(self.stats_panel, "Stats")
-        self.tabs.addTab(self.settings_panel, "Settings")
-        self.tabs.addTab(self.model_panel, "Model")
-
-        self.splitter = QSplitter()
-        self.splitter.addWidget(self.sidebar)
-        self.splitter.addWidget(center)
-        self.splitter.addWidget(self.tabs)
-        self.splitter.setStretchFactor(1, 1)
-        self.splitter.setSizes([220, 640, 340])
-        self.setCentralWidget(self.splitter)
-        self.resize(1280, 800)
-        self._build_menus()
-        self._set_busy(None)
+        return center
 
     def _build_menus(self) -> None:
         fm = self.menuBar().addMenu("&File")
@@ -153,68 +145,8 @@ class MainWindow(QMainWindow):
         self.colour_action.toggled.connect(self._colour_drafts)
         vm.addAction(self.colour_action)
         self.tools_menu = self.menuBar().addMenu("&Tools")
-        self._docks: dict[str, QDockWidget] = {}
-        self._split: list[float] = []  # the GPU split override from the plan panel (empty: automatic)
-        for mod_name, cls_name, text, kind in TOOL_HOOKS:
-            # found now, imported on first use: a panel's dependencies must not delay the first window
-            if not _module_exists(mod_name):
-                continue
-            act = QAction(text, self)
-            act.triggered.connect(lambda _=False, m=mod_name, c=cls_name, k=kind, t=text: self._open_tool(m, c, k, t))
-            self.tools_menu.addAction(act)
-        self.tools_menu.menuAction().setVisible(bool(self.tools_menu.actions()))
-
-    def _open_tool(self, mod_name: str, cls_name: str, kind: str, title: str) -> None:
-        cls = _optional_class(mod_name, cls_name)
-        if cls is None:
-            self.show_error(f"{title} is not available: {mod_name} could not be loaded (see the terminal)")
-            return
-        if kind == "dialog":
-            dlg = cls(self)
-            dlg.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-            if hasattr(dlg, "installed"):  # the model manager: a downloaded pair is offered in the Model tab
-                dlg.installed.connect(self._model_installed)
-            dlg.show()
-            return
-        dock = self._docks.get(title)
-        if dock is None:
-            dock = QDockWidget(title, self)
-            # the documents panel works on the index the chats retrieve from
-            widget = cls(dock, db_path=self.documents_db) if hasattr(cls, "collectionsChanged") else cls(dock)
-            dock.setWidget(widget)
-            if hasattr(widget, "splitOverride"):  # the GPU split plan: overrides apply at the next load
-                widget.splitOverride.connect(self._split_override)
-            if hasattr(widget, "collectionsChanged"):  # new or removed collections show in the chat's picker
-                widget.collectionsChanged.connect(self.collection_picker.set_available)
-                self.collection_picker.set_available(widget.collection_names())
-            self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, dock)
-            self._docks[title] = dock
-        if hasattr(dock.widget(), "set_plan"):
-            self._show_plan(dock.widget())
-        dock.show()
-        dock.raise_()
-
-    def _show_plan(self, view: QWidget) -> None:
-        """Plan the pair in the Model tab on this machine's devices and show it."""
-        from app.session.models import plan_for
-
-        spec = self.model_panel.spec()
-        spec.split = self._split or None
-        if not spec.target:
-            return
-        try:
-            view.set_plan(plan_for(spec))
-        except Exception as e:  # a bad path or an unreadable GGUF: said in the Model tab, the app goes on
-            self.model_panel.show_error(f"cannot plan {spec.label}: {e}")
-
-    def _split_override(self, split: list) -> None:
-        self._split = [float(x) for x in split]
-        self.model_panel.status_label.setText(
-            "split ratio " + (":".join(f"{x:g}" for x in self._split) if self._split else "automatic")
-            + ": applies when the model is next loaded on the GPU")
-        view = self._docks.get("GPU split plan")
-        if view is not None:
-            self._show_plan(view.widget())
+        self.split_plan = SplitPlanTool(self.controller, self.model_panel, self)
+        self.tools = ToolPanels(self, self.tools_menu, self.documents_db, self.split_plan)
 
     # --- wiring ---------------------------------------------------------------
     def _wire(self) -> None:
@@ -234,6 +166,10 @@ class MainWindow(QMainWindow):
         self.settings_panel.systemPromptEdited.connect(self._system_prompt_edited)
         self.model_panel.loadRequested.connect(self.load_model)
         self.model_panel.unloadRequested.connect(self.unload_model)
+        # the Tools menu's panels, once opened
+        self.tools.pairInstalled.connect(self._pair_installed)
+        self.tools.collectionsChanged.connect(self.collection_picker.set_available)
+        # the worker's signals: every slot is @skip_after_shutdown
         w = self.controller.worker
         w.loadProgress.connect(self._load_progress)
         w.loaded.connect(self._loaded)
@@ -243,7 +179,9 @@ class MainWindow(QMainWindow):
         w.replyUpdate.connect(self._reply_update)
         w.replyFailed.connect(self._reply_failed)
         w.replyEnded.connect(self._reply_ended)
-        w.devicesFound.connect(self.model_panel.set_gpu_available)
+        w.devicesFound.connect(self._devices_found)
+        w.planReady.connect(self._plan_ready)
+        w.planFailed.connect(self._plan_failed)
 
     def _restore(self) -> None:
         geo = self.store.get_setting(K_GEOMETRY)
@@ -268,7 +206,7 @@ class MainWindow(QMainWindow):
     def new_conversation(self) -> int:
         conv = self.store.create_conversation()
         self.conv_model.reload("")
-        self.sidebar.search.clear()
+        self.sidebar.clear_search()
         self.sidebar.select(conv.id)
         self.input.setFocus()
         return conv.id
@@ -362,18 +300,38 @@ class MainWindow(QMainWindow):
         return self.global_settings.merged(self.store.conversation(conv_id).overrides)
 
     def _set_busy(self, conv_id: int | None) -> None:
+        """`conv_id`: the chat generating a reply (None: none is)."""
         self.busy_conv = conv_id
         busy = conv_id is not None
         self.send_button.setEnabled(not busy)
         self.stop_button.setEnabled(busy)
         has_reply = any(m.role == "user" for m in self.msg_model.messages())
         self.regenerate_button.setEnabled(not busy and has_reply)
-        self.sidebar.delete_button.setEnabled(not busy or self.current_conv != conv_id)
+        self.sidebar.set_delete_enabled(not busy or self.current_conv != conv_id)
+
+    # --- the model ------------------------------------------------------------
+    def load_model(self, spec: ModelSpec | None) -> None:
+        """`spec` None: the bundled pair."""
+        if spec is not None:
+            spec = self.split_plan.with_split(spec)
+        self.loading = True
+        self.model_panel.set_busy(True)
+        self.model_panel.show_error("")
+        self.model_status.setText(status_text.loading_line(spec))
+        auto = self.global_settings.adaptive and self.global_settings.speculative
+        self.controller.load(spec, calibrate=auto)
+
+    def unload_model(self) -> None:
+        self.controller.unload()
+
+    def _pair_installed(self, entry_id: str, target: str, drafter: str) -> None:
+        self.model_panel.fill_pair(target, drafter or None)
+        self.model_panel.show_status(status_text.installed_text(entry_id))
+        self.tabs.setCurrentWidget(self.model_panel)
 
     # --- worker signals -------------------------------------------------------
+    @skip_after_shutdown
     def _reply_update(self, u: ReplyUpdate) -> None:
-        if self._closed:  # a step queued before shutdown; the store is closed
-            return
         if u.conversation_id == self.current_conv:
             self.msg_model.apply_update(u.message_id, u.content, u.status, u.record, u.drafted_spans,
                                         u.sources if u.finish_reason is not None else None)
@@ -392,82 +350,66 @@ class MainWindow(QMainWindow):
             state = "Streaming…" if u.finish_reason is None else f"Finished ({u.finish_reason})"
             self.stats_panel.show_summary(u.summary, u.tps_series, state)
 
+    @skip_after_shutdown
     def _reply_failed(self, conv_id: int, message: str) -> None:
-        if self._closed:  # a step queued before shutdown; the store is closed
-            return
         self.show_error(message)
         if conv_id == self.current_conv:
             self.msg_model.reload()
 
+    @skip_after_shutdown
     def _reply_ended(self, conv_id: int) -> None:
-        if self._closed:  # a step queued before shutdown; the store is closed
-            return
         self._set_busy(None)
         if conv_id == self.current_conv:
             self.chat_view.flush()
         self._refresh_list()
 
-    def load_model(self, spec: ModelSpec | None) -> None:
-        if spec is not None and self._split:
-            spec.split = list(self._split)
-        self.loading = True
-        self.model_panel.set_busy(True)
-        self.model_panel.show_error("")
-        self.model_status.setText("loading " + (spec.label if spec else "the bundled pair") + "…")
-        auto = self.global_settings.adaptive and self.global_settings.speculative
-        self.controller.load(spec, calibrate=auto)
-
-    def unload_model(self) -> None:
-        self.controller.unload()
-
-    def _model_installed(self, entry_id: str, target: str, drafter: str) -> None:
-        self.model_panel.target_edit.setText(target)
-        self.model_panel.drafter_edit.setText(drafter or "")
-        self.model_panel.status_label.setText(f"downloaded {entry_id}: press Load to use it")
-        self.tabs.setCurrentWidget(self.model_panel)
-
+    @skip_after_shutdown
     def _load_progress(self, stage: str, frac: float) -> None:
-        if self._closed:  # a step queued before shutdown; the store is closed
-            return
-        label = {"baseline": "measuring plain baseline", "calibrating": "calibrating draft costs"}.get(
-            stage, f"loading {stage}")
-        self.model_panel.show_progress(label, frac)
+        self.model_panel.show_progress(status_text.load_stage_text(stage), frac)
         if stage == "baseline" and frac >= 1.0:
             self.model_panel.set_busy(False)
             self.loading = False
 
+    @skip_after_shutdown
     def _loaded(self, info: ModelInfo) -> None:
-        if self._closed:  # a step queued before shutdown; the store is closed
-            return
         self.model_info = info
         self.store.set_setting(K_MODEL, info.spec.to_dict())
         self.model_panel.show_spec(info.spec)
-        drafter = f"drafter block {info.block_size}" if info.has_drafter else "no drafter: plain decoding"
-        self.model_status.setText(f"{info.label} · {drafter} · ctx {info.n_ctx}")
-        self.model_panel.status_label.setText(f"loaded: {info.label}\n{drafter}\nprompt format: {info.prompt_format}")
-        self.settings_panel.format_label.setText(f"prompt format: {info.prompt_format}")
+        self.model_status.setText(status_text.loaded_line(info))
+        self.model_panel.show_status(status_text.loaded_details(info))
+        self.settings_panel.show_prompt_format(info.prompt_format)
 
+    @skip_after_shutdown
     def _load_failed(self, message: str) -> None:
-        if self._closed:  # a step queued before shutdown; the store is closed
-            return
         self.loading = False
         self.model_panel.set_busy(False)
         self.model_panel.show_error(message)
         self.tabs.setCurrentWidget(self.model_panel)  # the error sits next to the fields to fix
         self.show_error(message)
-        self.model_status.setText(f"loaded: {self.model_info.label}" if self.model_info else "no model loaded")
+        self.model_status.setText(status_text.line_after_failed_load(self.model_info))
 
+    @skip_after_shutdown
     def _unloaded(self) -> None:
-        if self._closed:  # a step queued before shutdown; the store is closed
-            return
         self.model_info = None
-        self.model_status.setText("no model loaded")
-        self.model_panel.status_label.setText("no model loaded")
+        self.model_status.setText(status_text.NO_MODEL)
+        self.model_panel.show_status(status_text.NO_MODEL)
 
-    def _baseline_ready(self, b) -> None:  # noqa: ANN001 - app.session.baseline.Baseline
-        if self._closed:  # a step queued before shutdown; the store is closed
-            return
+    @skip_after_shutdown
+    def _baseline_ready(self, b: Baseline) -> None:
         self.stats_panel.set_baseline(b)
+
+    @skip_after_shutdown
+    def _devices_found(self, gpu: bool) -> None:
+        self.model_panel.set_gpu_available(gpu)
+
+    @skip_after_shutdown
+    def _plan_ready(self, plan: object) -> None:
+        self.split_plan.show_plan(plan)
+
+    @skip_after_shutdown
+    def _plan_failed(self, message: str) -> None:
+        self.split_plan.show_failure(message)
+        self.show_error(message)
 
     # --- settings -------------------------------------------------------------
     def _show_settings(self) -> None:
@@ -515,36 +457,13 @@ class MainWindow(QMainWindow):
 
     def shutdown(self) -> None:
         """Save where the user was, stop the worker (within one step) and close the database."""
-        if self._closed:
+        if self.shut_down:
             return
-        self._closed = True
+        self.shut_down = True
+        self._stats_timer.stop()
         self.store.set_setting(K_GEOMETRY, bytes(self.saveGeometry().toHex()).decode())
         self.store.set_setting(K_SPLITTER, bytes(self.splitter.saveState().toHex()).decode())
         self.store.set_setting(K_DRAFT_INPUT, self.input.toPlainText())
-        for dock in self._docks.values():  # panels with their own threads (the indexer) join them now
-            if hasattr(dock.widget(), "shutdown"):
-                dock.widget().shutdown()
+        self.tools.shutdown()  # the documents panel's indexing thread joins now
         self.controller.shutdown()
         self.store.close()
-
-
-def _module_exists(mod_name: str) -> bool:
-    try:
-        return importlib.util.find_spec(mod_name) is not None
-    except (ImportError, ValueError):
-        return False
-
-
-def _optional_class(mod_name: str, cls_name: str) -> type | None:
-    """A class from a module that may not exist yet (another issue's panel)."""
-    try:
-        mod = importlib.import_module(mod_name)
-    except ModuleNotFoundError as e:
-        if e.name and mod_name.startswith(e.name):
-            return None  # not written yet: no menu entry
-        print(f"flashdesk: {mod_name} is unavailable: {e}", file=sys.stderr)
-        return None
-    except Exception as e:  # a broken optional panel must not keep the app from starting
-        print(f"flashdesk: {mod_name} failed to import: {type(e).__name__}: {e}", file=sys.stderr)
-        return None
-    return getattr(mod, cls_name, None)

@@ -186,7 +186,7 @@ def test_the_window_answers_from_ticked_collections_and_opens_sources_at_their_p
 
     # index the files in the Documents panel (its own thread), as a user does
     next(a for a in w.tools_menu.actions() if a.text() == "Documents").trigger()
-    panel = w._docks["Documents"].widget()
+    panel = w.tools.documents_panel
     with qtbot.waitSignal(panel.indexingFinished, timeout=120_000):
         panel.add_paths("city", [pdf, md])
 
