@@ -5,16 +5,12 @@
 
 from __future__ import annotations
 
-import importlib
 import sys
 
-COMMANDS = {
-    "inspect": "gguf_tools.inspect",
-    "pair": "gguf_tools.pair",
-    "convert": "gguf_tools.convert",
-    "quantize": "gguf_tools.quantize",
-    "synth": "gguf_tools.synth",
-}
+from gguf_tools import convert, inspect, pair, quantize, synth
+
+COMMANDS = {"inspect": inspect.main, "pair": pair.main, "convert": convert.main, "quantize": quantize.main,
+            "synth": synth.main}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,8 +19,7 @@ def main(argv: list[str] | None = None) -> int:
         print(__doc__.strip(), file=sys.stderr)
         print("commands: " + ", ".join(COMMANDS), file=sys.stderr)
         return 2
-    mod = importlib.import_module(COMMANDS[argv[0]])
-    return int(mod.main(argv[1:]) or 0)
+    return int(COMMANDS[argv[0]](argv[1:]) or 0)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from gguf_tools.errors import FlashDeskError, PairMismatch
 from gguf_tools.reader import GGUFInfo, read_gguf
+from native.lib import NativeBuildMissing, build_info
 
 
 @dataclass
@@ -54,11 +55,10 @@ class PairReport:
 
 
 def tap_architectures() -> tuple[str, ...] | None:
-    """Architectures whose hidden states the installed native build can tap."""
+    """Architectures whose hidden states the installed native build can tap (None: no build found)."""
     try:
-        from native.lib import build_info
         return build_info().tap_architectures
-    except Exception:
+    except NativeBuildMissing:
         return None
 
 

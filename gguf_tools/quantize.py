@@ -25,6 +25,7 @@ from pathlib import Path
 
 from gguf_tools.errors import FlashDeskError
 from gguf_tools.reader import read_gguf
+from native.lib import load
 
 # llama.cpp file types offered here (those that need no importance matrix)
 FILE_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q6_K", "Q5_K_M", "Q5_K_S", "Q5_0", "Q5_1", "Q4_K_M", "Q4_K_S",
@@ -95,10 +96,8 @@ def quantize(src: str | Path, dst: str | Path, file_type: str = "Q4_K_M", *, kee
     if file_type.upper() == "F16" and any(t.name == "fc.weight" for t in info.tensors):
         raise QuantizeError(f"{src_p}: an F16 drafter would have an F16 fc, which overflows on target hidden states "
                             f"past 65504 (Gemma's) and makes every draft NaN; llama.cpp cannot keep one tensor "
-                            f"F32 under an F16 file type. Use the F16 export of `gguf_tools distill` as it is "
+                            f"F32 under an F16 file type. Use the F16 export of `flashdesk distill` as it is "
                             f"(fc stays F32), or a quantized type such as Q8_0")
-    from native.lib import load
-
     lc = load()
     params = lc.llama_model_quantize_default_params()
     params.ftype = _ftype(lc, file_type)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import ctypes
 import json
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -67,28 +66,6 @@ _loaded: ModuleType | None = None
 _cpu: CpuVariant | None = None
 
 
-class _OnFirstUse:
-    """A module bound on first attribute access: importing FlashDesk loads no native library
-    (the CLI's --help, the app's first window and the tests that need none stay fast)."""
-
-    def __init__(self, bind: Callable[[], ModuleType]):
-        self._bind = bind
-        self._mod: ModuleType | None = None
-
-    def __getattr__(self, name: str) -> object:
-        if self._mod is None:
-            self._mod = self._bind()
-        return getattr(self._mod, name)
-
-
-def _bind_ext() -> ModuleType:
-    from native import ext as mod  # noqa: PLC0415 - importing it binds the loaded library's symbols
-
-    return mod
-
-
-llama = _OnFirstUse(lambda: load())  # llama_cpp.llama_cpp on the patched build
-ext = _OnFirstUse(_bind_ext)  # native.ext: FlashDesk's C API
 
 
 def load() -> ModuleType:

@@ -11,7 +11,7 @@ from app.engine.dflash import Engine
 from app.engine.params import GenerationParams
 from app.scheduler import Inventory, PlanRequest, plan_split
 from app.scheduler.apply import engine_config
-from app.scheduler.inventory import host_spec
+from app.scheduler.inventory import detect_inventory, host_spec
 from app.scheduler.verify import actual_bytes, predicted_bytes
 from gguf_tools.synth import TinyShape, write_tiny_pair
 
@@ -52,13 +52,18 @@ def test_gemma_cpu_plan_matches_llama_cpp(gemma_target: Path, gemma_random_draft
     assert sum(r[2] for r in rows) == plan.host.bytes.kv + plan.host.bytes.drafter_kv  # sliding-window cells too
 
 
-def test_auto_config_loads_on_this_machine(tiny_pair: tuple[Path, Path]) -> None:
-    from app.scheduler.apply import auto_config
-
-    plan, cfg = auto_config(*tiny_pair, n_ctx=512, n_threads=1)
-    assert plan.strategy == "cpu" and cfg.target_placement.main_gpu == -1 and cfg.n_threads == 1
+def test_the_plan_for_this_machine_loads(tiny_pair: tuple[Path, Path]) -> None:
+    """Plan on the devices this machine has (CPU only, or its GPUs), turn the plan into load
+    parameters and load: the path the app takes when the Model tab says GPU."""
+    plan = plan_split(*tiny_pair, detect_inventory(), PlanRequest(n_ctx=512))
+    cfg = engine_config(plan, n_threads=1)
+    assert cfg.n_threads == 1 and cfg.n_ctx == 512
     e = Engine(*tiny_pair, cfg)
     try:
-        assert e.target.device_names() == [] and e.n_ctx == 512
+        assert e.n_ctx == 512
+        if plan.strategy == "cpu":
+            assert cfg.target_placement.main_gpu == -1 and e.target.device_names() == []
+        else:  # a GPU machine: the layers are where the plan put them
+            assert e.target.device_names()
     finally:
         e.close()

@@ -15,8 +15,8 @@ import pytest
 
 from gguf_tools.synth import TinyShape, write_tiny_target
 from native import lib
-from native.lib import ext
-from native.lib import llama as lc
+from native.api import ext
+from native.api import llama as lc
 
 _base = ctypes.CDLL(str(lib.build_info().lib_dir / "libggml-base.so"))
 _base.ggml_get_name.argtypes = [ctypes.c_void_p]

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from app.cli.common import add_model_args, open_engine
 from app.documents.answer import answer_question
+from app.documents.embedding import EmbeddingModel
 from app.documents.index import DocumentIndex, default_db_path
 from app.documents.indexer import OUT_UNCHANGED, FileEvent, Indexer, IndexProgress
 from app.documents.retrieve import Retriever
@@ -88,8 +89,6 @@ def _open_index(args: argparse.Namespace) -> DocumentIndex:
 def _load_embedder(path: str | None):  # noqa: ANN202
     if not path:
         return None
-    from app.documents.embedding import EmbeddingModel
-
     return EmbeddingModel(path)
 
 

@@ -16,7 +16,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from app.scheduler.errors import PlanInputError
-from app.scheduler.inventory import Inventory, parse_size
+from app.scheduler.explain import explain
+from app.scheduler.inventory import Inventory, detect_inventory, host_spec, hypothetical_inventory, parse_size
+from app.scheduler.plan import PlanRequest
+from app.scheduler.planner import plan_split
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -41,8 +44,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _inventory(args: argparse.Namespace) -> Inventory:
-    from app.scheduler.inventory import detect_inventory, host_spec, hypothetical_inventory
-
     host = host_spec()
     if args.ram:
         ram = parse_size(args.ram)
@@ -54,9 +55,6 @@ def _inventory(args: argparse.Namespace) -> Inventory:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from app.scheduler.explain import explain
-    from app.scheduler.planner import PlanRequest, plan_split
-
     for f in (args.target, args.drafter):
         if f and not Path(f).expanduser().is_file():
             raise PlanInputError(f"{f}: no such file")

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from app.engine.dflash import Engine
-from app.engine.draft_policy import StepTiming
+from app.engine.draft_policy import FixedDraftLength, StepTiming
 from app.engine.params import GenerationParams
 from native.lib import build_info
 
@@ -105,18 +105,15 @@ def cache_dir() -> Path:
     return Path(base) / "flashdesk" / "calibration"
 
 
-class _Recorder:
+class _Recorder(FixedDraftLength):
     """A fixed draft length that keeps the loop's own timing of every step
     and stops the generation after `n` steps."""
 
     def __init__(self, k: int, n: int):
-        self.k = k
+        super().__init__(k)
         self.n = n
         self.steps: list[tuple[int, StepTiming]] = []
         self.stop = threading.Event()
-
-    def choose(self) -> int:
-        return self.k
 
     def observe(self, k: int, accepted: int, timing: StepTiming) -> None:
         self.steps.append((k, timing))

@@ -49,7 +49,6 @@ class EngineConfig:
     type_v: int | None = None
     target_placement: ModelPlacement | None = None
     drafter_placement: ModelPlacement | None = None
-    cb_eval: object | None = None  # eval callback on the target context (tests)
 
 
 class Engine:
@@ -73,7 +72,7 @@ class Engine:
         n_ctx = min(cfg.n_ctx, self.target.n_ctx_train) if self.target.n_ctx_train > 0 else cfg.n_ctx
         self.ctx = LlamaContext(self.target, ContextConfig(
             n_ctx=n_ctx, n_batch=cfg.n_batch, n_ubatch=cfg.n_batch, n_threads=cfg.n_threads,
-            type_k=cfg.type_k, type_v=cfg.type_v, cb_eval=cfg.cb_eval))
+            type_k=cfg.type_k, type_v=cfg.type_v))
         self.n_ctx = self.ctx.n_ctx
         self.drafter: LlamaModel | None = None
         self.dctx: LlamaContext | None = None
@@ -232,7 +231,7 @@ class Engine:
                 k = max(0, min(policy.choose() if speculative else 0, self.block_size - 1, room))
                 t_step = time.perf_counter()
                 draft_before, verify_before = st.t_draft_s, st.t_verify_s
-                want_conf = k > 0 and getattr(policy, "uses_confidence", False)
+                want_conf = k > 0 and policy.uses_confidence
                 drafts, conf = self._draft(anchor, n_past, k, st, want_conf) if k > 0 else ([], None)
                 if draft_override is not None and k > 0:
                     drafts = [int(x) for x in draft_override(self._cached + [anchor], k)][:k]

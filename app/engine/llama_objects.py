@@ -18,8 +18,8 @@ import numpy as np
 
 from app.errors import GenerationError, ModelLoadError
 from gguf_tools.reader import read_gguf
-from native.lib import ext
-from native.lib import llama as lc
+from native.api import ext
+from native.api import llama as lc
 
 
 @dataclass
@@ -157,7 +157,6 @@ class ContextConfig:
     kv_unified: bool = False
     embeddings: bool = False  # a pooled sentence embedding per sequence instead of logits (documents)
     mean_pooling: bool = False  # with embeddings: mean pooling where the model names no pooling type
-    cb_eval: object | None = None  # a ggml_backend_sched_eval_callback (tests)
 
 
 class LlamaContext:
@@ -185,8 +184,6 @@ class LlamaContext:
             cp.type_k = cfg.type_k
         if cfg.type_v is not None:
             cp.type_v = cfg.type_v
-        if cfg.cb_eval is not None:
-            cp.cb_eval = cfg.cb_eval
         if other is not None:
             cp.ctx_other = other.ptr
             cp.n_rs_seq = 0

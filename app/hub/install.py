@@ -18,6 +18,7 @@ from app.bundled import DRAFTER_DIR, default_target
 from app.errors import FlashDeskError, ModelLoadError
 from app.hub.catalog import CatalogEntry, ModelFile
 from app.hub.download import DownloadCancelled, Downloader, InsufficientDisk, Progress, ProgressFn
+from gguf_tools.convert import convert_checkpoint
 from gguf_tools.pair import PairReport, check_pair
 
 
@@ -77,8 +78,6 @@ def _fetch_gguf(mf: ModelFile, dl: Downloader, progress: ProgressFn | None, canc
 def _fetch_and_convert(mf: ModelFile, target: Path, dl: Downloader, progress: ProgressFn | None,
                        cancel: threading.Event | None) -> Path:
     """Fetch a z-lab checkpoint into staging, convert it there against `target`, move the GGUF in."""
-    from gguf_tools.convert import convert_checkpoint
-
     if (p := dl.installed(mf.file)) is not None:
         return p
     assert mf.repo is not None

@@ -16,7 +16,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from app.errors import ModelLoadError
 from app.hub.catalog import CatalogEntry
+from app.scheduler.errors import PlanInputError
+from app.scheduler.inventory import HostSpec, Inventory, parse_gpu_spec
+from app.scheduler.plan import PlanRequest
+from app.scheduler.planner import plan_split
 
 N_UBATCH = 512  # the engine's target batch
 N_UBATCH_DRAFTER = 256  # the engine's drafter batch (engine: min(256, n_batch))
@@ -75,13 +80,8 @@ def estimate_from_catalog(entry: CatalogEntry, n_ctx: int) -> VramEstimate:
     return VramEstimate(n_ctx, weights + kv + compute + drafter, weights, kv, compute, drafter, "catalog", approx)
 
 
-def estimate_from_files(target: Path, drafter: Path | None, n_ctx: int) -> VramEstimate | None:
-    """The scheduler's plan on one hypothetical card that fits everything; None without the scheduler."""
-    try:
-        from app.scheduler.inventory import HostSpec, Inventory, parse_gpu_spec
-        from app.scheduler.planner import PlanRequest, plan_split
-    except ImportError:
-        return None
+def estimate_from_files(target: Path, drafter: Path | None, n_ctx: int) -> VramEstimate:
+    """The scheduler's plan on one hypothetical card that fits everything."""
     inv = Inventory(gpus=(parse_gpu_spec("estimate:4096GiB"),), host=HostSpec(ram_total=2**40, ram_free=2**40),
                     sources=("hypothetical",))
     plan = plan_split(target, drafter, inv, PlanRequest(n_ctx=n_ctx, margin=0, advise=False))
@@ -94,9 +94,7 @@ def estimate_vram(entry: CatalogEntry, n_ctx: int, target: Path | None = None,
     """The scheduler's figure when both files are local, else the catalog formula."""
     if target is not None and drafter is not None:
         try:
-            est = estimate_from_files(target, drafter, n_ctx)
-        except Exception:  # a planner problem must not hide the catalog; fall back to the formula
-            est = None
-        if est is not None:
-            return est
+            return estimate_from_files(target, drafter, n_ctx)
+        except (PlanInputError, ModelLoadError):  # a file the planner cannot size: the catalog's formula
+            pass
     return estimate_from_catalog(entry, n_ctx)

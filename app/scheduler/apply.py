@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
+from app.engine.dflash import EngineConfig
+from app.engine.llama_objects import ModelPlacement
 from app.scheduler import memory as mem
 from app.scheduler.errors import PlanInputError
 from app.scheduler.plan import SplitPlan
 
 
-def placements(plan: SplitPlan, allow_unfit: bool = False):  # noqa: ANN201 - (ModelPlacement, ModelPlacement | None)
+def placements(plan: SplitPlan, allow_unfit: bool = False) -> tuple[ModelPlacement, ModelPlacement | None]:
     """(target placement, drafter placement) for llama.cpp; refuses hypothetical cards,
     a plan that does not fit (unless allow_unfit) and a drafter that cannot reach a head."""
-    from app.engine.llama_objects import ModelPlacement
-
     if not plan.fits and not allow_unfit:
         raise PlanInputError("the plan does not fit: " + "; ".join(plan.problems))
     ghosts = [d.name for d in plan.devices if d.spec is None or d.spec.handle is None]
@@ -41,10 +41,8 @@ def placements(plan: SplitPlan, allow_unfit: bool = False):  # noqa: ANN201 - (M
     return target, drafter
 
 
-def engine_config(plan: SplitPlan, allow_unfit: bool = False, **overrides: object):  # noqa: ANN201 - EngineConfig
+def engine_config(plan: SplitPlan, allow_unfit: bool = False, **overrides: object) -> EngineConfig:
     """An EngineConfig that loads the plan: context, batch, KV type and both placements."""
-    from app.engine.dflash import EngineConfig
-
     target, drafter = placements(plan, allow_unfit)
     kv = mem.ggml_type(plan.kv_type).value  # ggml_type ids match gguf-py's GGMLQuantizationType
     cfg = EngineConfig(n_ctx=plan.n_ctx, n_batch=plan.n_batch, type_k=kv, type_v=kv,
@@ -52,14 +50,3 @@ def engine_config(plan: SplitPlan, allow_unfit: bool = False, **overrides: objec
     for k, v in overrides.items():
         setattr(cfg, k, v)
     return cfg
-
-
-def auto_config(target, drafter=None, n_ctx: int = 4096, kv_type: str = "f16",  # noqa: ANN001 - paths
-                split: tuple[float, ...] | None = None, **overrides: object):  # noqa: ANN201 - (SplitPlan, EngineConfig)
-    """Plan on this machine's devices and return (plan, EngineConfig) for Engine(target, drafter, config).
-    Raises PlanInputError (with the plan's problems) when nothing fits."""
-    from app.scheduler.inventory import detect_inventory
-    from app.scheduler.planner import PlanRequest, plan_split
-
-    plan = plan_split(target, drafter, detect_inventory(), PlanRequest(n_ctx=n_ctx, kv_type=kv_type, split=split))
-    return plan, engine_config(plan, **overrides)

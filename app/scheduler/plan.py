@@ -175,3 +175,20 @@ class SplitPlan:
             "traffic": self.traffic, "problems": self.problems, "warnings": self.warnings,
             "advice": [a.to_dict() for a in self.advice], "idle": self.idle,
         }
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """What the user asks for; defaults match the engine's."""
+    n_ctx: int = 4096
+    kv_type: str = "f16"  # K and V cache type of the target
+    n_batch: int = 512
+    n_ubatch: int = 0  # 0: n_batch, as the engine sets it
+    margin: int = GiB  # kept free on every GPU (CUDA pools, cuBLAS, other processes)
+    split: tuple[float, ...] | None = None  # user override: share per GPU, in inventory order
+    n_gpu_layers: int | None = None  # force partial offload (llama.cpp's meaning: the output layer counts)
+    allow_partial: bool = True
+    use_drafter: bool = True
+    n_rs_seq: int | None = None  # recurrent rollback snapshots; None: block_size - 1 where needed
+    drafter_device: str | None = None  # pin the drafter to this GPU (default: the output device)
+    advise: bool = True

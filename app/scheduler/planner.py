@@ -18,34 +18,17 @@ Decisions, in order:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from app.scheduler import memory as mem
+from app.scheduler.advice import advise
 from app.scheduler.errors import PlanInputError
-from app.scheduler.inventory import DeviceSpec, GiB, Inventory
-from app.scheduler.plan import DeviceBytes, DevicePlan, DrafterPlan, SplitPlan, gib
+from app.scheduler.inventory import DeviceSpec, Inventory
+from app.scheduler.plan import DeviceBytes, DevicePlan, DrafterPlan, PlanRequest, SplitPlan, gib
 from app.scheduler.profile import ModelProfile, read_profile
 from app.scheduler.traffic import plan_traffic
 
 SAME_SPEED = 0.05  # bandwidths within 5% count as equal
-
-
-@dataclass(frozen=True)
-class PlanRequest:
-    """What the user asks for; defaults match the engine's."""
-    n_ctx: int = 4096
-    kv_type: str = "f16"  # K and V cache type of the target
-    n_batch: int = 512
-    n_ubatch: int = 0  # 0: n_batch, as the engine sets it
-    margin: int = GiB  # kept free on every GPU (CUDA pools, cuBLAS, other processes)
-    split: tuple[float, ...] | None = None  # user override: share per GPU, in inventory order
-    n_gpu_layers: int | None = None  # force partial offload (llama.cpp's meaning: the output layer counts)
-    allow_partial: bool = True
-    use_drafter: bool = True
-    n_rs_seq: int | None = None  # recurrent rollback snapshots; None: block_size - 1 where needed
-    drafter_device: str | None = None  # pin the drafter to this GPU (default: the output device)
-    advise: bool = True
 
 
 def _load(p: ModelProfile | str | Path | None) -> ModelProfile | None:
@@ -403,8 +386,9 @@ def plan_split(target: ModelProfile | str | Path, drafter: ModelProfile | str | 
                              f"({t.path.name})")
     plan = _Planner(t, d, inventory, req).plan()
     if req.advise and (not plan.fits or plan.offload == "partial"):
-        from app.scheduler.advice import advise
+        def replan(r: PlanRequest, inv: Inventory | None = None, with_drafter: bool = True) -> SplitPlan:
+            return plan_split(t, d if with_drafter else None, inv or inventory, r)
 
-        plan.advice = advise(plan, t, d, inventory, req)
+        plan.advice = advise(plan, t, d, inventory, req, replan)
     return plan
 

@@ -20,9 +20,13 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from app.scheduler.inventory import Inventory, host_spec, parse_size
+from app.engine.dflash import Engine
+from app.engine.params import GenerationParams
+from app.scheduler.apply import engine_config
+from app.scheduler.inventory import Inventory, detect_inventory, host_spec, parse_size
 from app.scheduler.plan import SplitPlan
 from app.scheduler.planner import PlanRequest, plan_split
+from app.scheduler.rpc import RpcServer
 
 
 def predicted_bytes(plan: SplitPlan) -> dict[str, int]:
@@ -53,10 +57,6 @@ def actual_bytes(rows: list[tuple[str, int, int, int]], plan: SplitPlan) -> dict
 def measure(plan: SplitPlan, prompt: str, max_tokens: int, oracle: list[int] | None = None,
             n_threads: int = 0) -> dict:
     """Load the plan, decode greedily with DFlash (drafts forced to `oracle` when given), measure."""
-    from app.engine.dflash import Engine
-    from app.engine.params import GenerationParams
-    from app.scheduler.apply import engine_config
-
     t0 = time.perf_counter()
     engine = Engine(plan.target.path, plan.drafter.path if plan.drafter else None,
                     engine_config(plan, n_threads=n_threads))
@@ -83,9 +83,6 @@ def measure(plan: SplitPlan, prompt: str, max_tokens: int, oracle: list[int] | N
 
 def rpc_inventory(n: int, budget: int) -> tuple[Inventory, list]:
     """Start n loopback rpc-servers, register them, and describe each as a card of `budget` bytes."""
-    from app.scheduler.inventory import detect_inventory
-    from app.scheduler.rpc import RpcServer
-
     servers = [RpcServer().start() for _ in range(n)]
     endpoints = set()
     for s in servers:
@@ -122,7 +119,6 @@ def main(argv: list[str] | None = None) -> int:
         if args.rpc:
             inv, servers = rpc_inventory(args.rpc, parse_size(args.budget))
         else:
-            from app.scheduler.inventory import detect_inventory
             inv = detect_inventory()
         req = PlanRequest(n_ctx=args.ctx, kv_type=args.kv, n_batch=args.batch, margin=parse_size(args.margin + "B"),
                           split=tuple(float(x) for x in args.split.split(",")) if args.split else None)
