@@ -6,7 +6,8 @@ thread, which writes them to the store and sends snapshots back. Every worker
 signal arrives at a slot here marked @skip_after_shutdown.
 
 Elsewhere: the Tools menu and its panels in tool_panels.py, the GPU split plan's
-wiring in split_plan.py, the texts about the model in status_text.py.
+wiring in split_plan.py, the texts about the model in status_text.py, where the
+window opens in window_geometry.py.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtCore import QByteArray, Qt, QTimer
-from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QMainWindow, QPushButton, QSplitter, QTabWidget, QVBoxLayout, QWidget
+from PySide6.QtGui import QAction, QCloseEvent, QKeySequence, QShowEvent
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QMainWindow, QSplitter, QVBoxLayout, QWidget
 
 from app.documents.index import default_db_path
 from app.errors import FlashDeskError
@@ -28,15 +29,19 @@ from app.store import Store
 from app.ui import status_text
 from app.ui.chat_view import ChatView
 from app.ui.collection_picker import CollectionPicker
+from app.ui.compact_button import CompactButton
+from app.ui.elided_label import ElidedLabel
 from app.ui.input_box import InputBox
 from app.ui.list_models import ConversationListModel, MessageListModel
 from app.ui.model_panel import ModelPanel
 from app.ui.settings_panel import SettingsPanel
 from app.ui.shutdown_guard import skip_after_shutdown
+from app.ui.side_tabs import SideTabs
 from app.ui.sidebar import Sidebar
 from app.ui.split_plan import SplitPlanTool
 from app.ui.stats_panel import StatsPanel
 from app.ui.tool_panels import ToolPanels
+from app.ui.window_geometry import column_widths, keep_frame_on_screen, place_window
 from app.ui.worker import EngineController, ModelInfo
 
 STATS_INTERVAL_MS = 100
@@ -86,19 +91,17 @@ class MainWindow(QMainWindow):
         self.stats_panel = StatsPanel()
         self.settings_panel = SettingsPanel()
         self.model_panel = ModelPanel()
-        self.tabs = QTabWidget()
-        self.tabs.addTab(self.stats_panel, "Stats")
-        self.tabs.addTab(self.settings_panel, "Settings")
-        self.tabs.addTab(self.model_panel, "Model")
+        self.tabs = SideTabs()
+        self.tabs.add_panel(self.stats_panel, "Stats")
+        self.tabs.add_panel(self.settings_panel, "Settings")
+        self.tabs.add_panel(self.model_panel, "Model")
 
         self.splitter = QSplitter()
         self.splitter.addWidget(self.sidebar)
         self.splitter.addWidget(self._build_chat_column())
         self.splitter.addWidget(self.tabs)
-        self.splitter.setStretchFactor(1, 1)
-        self.splitter.setSizes([220, 640, 340])
+        self.splitter.setStretchFactor(1, 1)  # the chat column takes what the window gains or loses
         self.setCentralWidget(self.splitter)
-        self.resize(1280, 800)
         self._set_busy(None)
 
     def _build_chat_column(self) -> QWidget:
@@ -118,14 +121,14 @@ class MainWindow(QMainWindow):
         self.input = InputBox()
         cl.addWidget(self.input)
         row = QHBoxLayout()
-        self.model_status = QLabel(status_text.NO_MODEL)
+        self.model_status = ElidedLabel(status_text.NO_MODEL)  # long file names must not widen the window
         self.model_status.setStyleSheet("color:#6a717a;")
         row.addWidget(self.model_status, 1)
         self.collection_picker = CollectionPicker(self.documents_db)
         row.addWidget(self.collection_picker)
-        self.regenerate_button = QPushButton("Regenerate")
-        self.stop_button = QPushButton("Stop")
-        self.send_button = QPushButton("Send")
+        self.regenerate_button = CompactButton("Regenerate")
+        self.stop_button = CompactButton("Stop")
+        self.send_button = CompactButton("Send")
         self.send_button.setDefault(True)
         for b in (self.regenerate_button, self.stop_button, self.send_button):
             row.addWidget(b)
@@ -185,11 +188,12 @@ class MainWindow(QMainWindow):
 
     def _restore(self) -> None:
         geo = self.store.get_setting(K_GEOMETRY)
-        if isinstance(geo, str):
-            self.restoreGeometry(QByteArray.fromHex(geo.encode()))
+        place_window(self, QByteArray.fromHex(geo.encode()) if isinstance(geo, str) else None)
         split = self.store.get_setting(K_SPLITTER)
         if isinstance(split, str):
             self.splitter.restoreState(QByteArray.fromHex(split.encode()))
+        else:
+            self.splitter.setSizes(column_widths(self.width()))
         self.input.setPlainText(str(self.store.get_setting(K_DRAFT_INPUT, "") or ""))
         self.colour_action.setChecked(bool(self.store.get_setting(K_COLOUR, False)))
         last = self.store.get_setting(K_LAST_CONV)
@@ -327,7 +331,7 @@ class MainWindow(QMainWindow):
     def _pair_installed(self, entry_id: str, target: str, drafter: str) -> None:
         self.model_panel.fill_pair(target, drafter or None)
         self.model_panel.show_status(status_text.installed_text(entry_id))
-        self.tabs.setCurrentWidget(self.model_panel)
+        self.tabs.show_panel(self.model_panel)
 
     # --- worker signals -------------------------------------------------------
     @skip_after_shutdown
@@ -384,7 +388,7 @@ class MainWindow(QMainWindow):
         self.loading = False
         self.model_panel.set_busy(False)
         self.model_panel.show_error(message)
-        self.tabs.setCurrentWidget(self.model_panel)  # the error sits next to the fields to fix
+        self.tabs.show_panel(self.model_panel)  # the error sits next to the fields to fix
         self.show_error(message)
         self.model_status.setText(status_text.line_after_failed_load(self.model_info))
 
@@ -444,13 +448,18 @@ class MainWindow(QMainWindow):
     def _show_message_stats(self, msg_id: int) -> None:
         m = self.store.message(msg_id)
         self.stats_panel.show_record(m.stats, f"Reply #{msg_id} ({m.status})")
-        self.tabs.setCurrentWidget(self.stats_panel)
+        self.tabs.show_panel(self.stats_panel)
 
     def show_error(self, text: str) -> None:
         self.banner.setText(text)
         self.banner.setVisible(bool(text))
 
-    # --- closing --------------------------------------------------------------
+    # --- showing and closing ---------------------------------------------------
+    def showEvent(self, e: QShowEvent) -> None:  # noqa: N802 - Qt override
+        super().showEvent(e)
+        if not e.spontaneous():  # shown by the app, not restored from minimized by the user
+            keep_frame_on_screen(self)
+
     def closeEvent(self, e: QCloseEvent) -> None:  # noqa: N802
         self.shutdown()
         super().closeEvent(e)

@@ -11,11 +11,11 @@ from PySide6.QtWidgets import (
     QListView,
     QMenu,
     QMessageBox,
-    QPushButton,
     QVBoxLayout,
     QWidget,
 )
 
+from app.ui.compact_button import CompactButton
 from app.ui.list_models import ConversationListModel, ConvIdRole
 
 
@@ -34,9 +34,9 @@ class Sidebar(QWidget):
         self.search.setClearButtonEnabled(True)
         lay.addWidget(self.search)
         row = QHBoxLayout()
-        self.new_button = QPushButton("New chat")
-        self.rename_button = QPushButton("Rename")
-        self.delete_button = QPushButton("Delete")
+        self.new_button = CompactButton("New chat")
+        self.rename_button = CompactButton("Rename")
+        self.delete_button = CompactButton("Delete")
         for b in (self.new_button, self.rename_button, self.delete_button):
             row.addWidget(b)
         lay.addLayout(row)

@@ -42,7 +42,7 @@ def test_a_pair_the_model_manager_installed_is_offered_in_the_model_tab(window: 
     dialog.installed.emit("qwen3-8b", "/models/t.gguf", "/models/d.gguf")
     spec = window.model_panel.spec()
     assert (spec.target, spec.drafter) == ("/models/t.gguf", "/models/d.gguf")
-    assert window.tabs.currentWidget() is window.model_panel
+    assert window.tabs.current_panel() is window.model_panel
     assert "downloaded qwen3-8b" in window.model_panel.status_label.text()
 
 
