@@ -86,7 +86,7 @@ def _open_index(args: argparse.Namespace) -> DocumentIndex:
     return DocumentIndex(Path(args.db) if args.db else default_db_path())
 
 
-def _load_embedder(path: str | None):  # noqa: ANN202
+def _load_embedder(path: str | None) -> EmbeddingModel | None:
     if not path:
         return None
     return EmbeddingModel(path)

@@ -17,6 +17,8 @@ from pathlib import Path
 from app.chat.format import ChatMessage, PromptFormat, prompt_format_of
 from app.engine.adaptive import AdaptiveDraftLength, new_adaptive_policy
 from app.engine.calibration import CostModel
+from app.engine.dflash import Engine
+from app.engine.draft_policy import DraftPolicy
 from app.engine.events import FINISH_CANCELLED
 from app.engine.stats import GenerationStats
 from app.session.baseline import BASELINE_REQUEST, Baseline, measure_baseline
@@ -53,7 +55,7 @@ class ReplyUpdate:
 class ChatSession:
     """Turns stored conversations into prompts and streams the engine's replies into the store."""
 
-    def __init__(self, engine, store: Store, baseline: Baseline | None = None,  # noqa: ANN001
+    def __init__(self, engine: Engine, store: Store, baseline: Baseline | None = None,
                  documents: ChatDocuments | None = None):
         self.engine = engine
         self.store = store
@@ -97,7 +99,7 @@ class ChatSession:
         return out
 
     def reply(self, conv_id: int, settings: ChatSettings, cancel: threading.Event | None = None,
-              policy=None) -> Iterator[ReplyUpdate]:  # noqa: ANN001 - a DraftPolicy
+              policy: DraftPolicy | None = None) -> Iterator[ReplyUpdate]:
         """Answer the conversation's last user message; one update per decode step."""
         settings.validate()
         messages = self.prompt_messages(conv_id)
@@ -126,7 +128,7 @@ class ChatSession:
         content, spans, series = "", [], RateSeries()
         try:
             for ev in events:
-                drafted = _drafted_chars(self.engine, ev.tokens, ev.drafted, len(ev.text))
+                drafted = drafted_chars(self.engine, ev.tokens, ev.drafted, len(ev.text))
                 if drafted:
                     _add_span(spans, len(content), len(content) + drafted)
                 content += ev.text
@@ -166,7 +168,7 @@ def _mark_cited(sources: list[dict], answer: str) -> list[dict]:
     return [{**s, "cited": f"[{s['n']}]" in answer} for s in sources]
 
 
-def _drafted_chars(engine, tokens: list[int], drafted: list[bool], n_text: int) -> int:  # noqa: ANN001
+def drafted_chars(engine: Engine, tokens: list[int], drafted: list[bool], n_text: int) -> int:
     """Chars of this step's text that came from accepted drafts (the leading tokens of the step)."""
     n_acc = sum(1 for d in drafted if d)
     if n_acc == 0 or n_text == 0:

@@ -13,7 +13,7 @@ import pytest
 
 from app.engine.stats import GenerationStats
 from app.errors import ContextOverflow
-from app.session.chat_session import ChatSession, _drafted_chars
+from app.session.chat_session import ChatSession, drafted_chars
 from app.session.conversation_ops import ConversationError, edit_user_message, prepare_regenerate, send_user_message
 from app.session.models import ModelSpec, load_engine
 from app.session.settings import AUTO, ChatSettings
@@ -155,6 +155,6 @@ def test_rate_series_keeps_the_whole_reply_in_bounded_points():
 def test_drafted_chars_count_the_accepted_draft_tokens(session: ChatSession):
     toks = session.engine.tokenize("the cat", add_special=False)
     text = session.engine.detokenize(toks)
-    assert _drafted_chars(session.engine, toks, [True] * (len(toks) - 1) + [False], len(text)) == len(
+    assert drafted_chars(session.engine, toks, [True] * (len(toks) - 1) + [False], len(text)) == len(
         session.engine.detokenize(toks[:-1]))
-    assert _drafted_chars(session.engine, toks, [False] * len(toks), len(text)) == 0
+    assert drafted_chars(session.engine, toks, [False] * len(toks), len(text)) == 0
