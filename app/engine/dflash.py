@@ -33,7 +33,7 @@ from app.engine.sampling import TokenSampler
 from app.engine.stats import GenerationStats
 from app.engine.text_stream import TextStream
 from app.errors import ContextOverflow, ModelLoadError
-from gguf_tools.pair import check_pair
+from gguf_tools.pair import PairReport, check_pair
 
 # A test hook: given the history (all tokens so far, anchor last) and k,
 # return the k tokens to verify instead of the drafter's proposal.
@@ -56,12 +56,14 @@ class Engine:
 
     def __init__(self, target: str | Path, drafter: str | Path | None = None,
                  config: EngineConfig | None = None,
-                 progress: Callable[[str, float], bool] | None = None):
+                 progress: Callable[[str, float], bool] | None = None,
+                 pair: PairReport | None = None):
+        """`pair`: the pair check of these two files, when the caller already made it."""
         cfg = config or EngineConfig()
         self.config = cfg
         if drafter is not None:
             # checked from the headers, before llama.cpp sees either file
-            check_pair(target, drafter).raise_if_bad()
+            (pair if pair is not None else check_pair(target, drafter)).raise_if_bad()
 
         def stage(name: str) -> Callable[[float], bool] | None:
             if progress is None:

@@ -15,6 +15,7 @@ from app.scheduler.errors import PlanInputError
 from app.scheduler.inventory import detect_inventory
 from app.scheduler.plan import SplitPlan
 from app.scheduler.planner import PlanRequest, plan_split
+from gguf_tools.pair import PairReport, check_pair
 from native.ggml_devices import list_devices
 
 DEVICE_CPU = "cpu"
@@ -63,13 +64,27 @@ def resolve_spec(target: str | None = None, drafter: str | None = None, no_draft
     return ModelSpec(target, None if no_drafter else drafter, **kw)
 
 
-def load_engine(spec: ModelSpec, progress: Callable[[str, float], bool] | None = None) -> Engine:
-    """Open the pair; errors (missing file, PairMismatch, ...) name the file and the problem."""
+def check_spec(spec: ModelSpec) -> PairReport | None:
+    """What can be checked before a loaded pair is given up for this one: the files exist, the
+    context is usable, the drafter fits the target (from the headers). Raises a ModelLoadError or
+    PairMismatch naming the file; returns the pair report (None without a drafter)."""
     for label, path in (("target", spec.target), ("drafter", spec.drafter)):
         if path is not None and not Path(path).expanduser().is_file():
             raise ModelLoadError(f"{path}: the {label} model file does not exist")
     if spec.n_ctx < 64:
         raise ModelLoadError(f"{spec.target}: context length {spec.n_ctx} is too small (at least 64)")
+    if spec.drafter is None:
+        return None
+    report = check_pair(spec.target, spec.drafter)
+    report.raise_if_bad()
+    return report
+
+
+def load_engine(spec: ModelSpec, progress: Callable[[str, float], bool] | None = None,
+                checked: PairReport | None = None) -> Engine:
+    """Open the pair; errors (missing file, PairMismatch, ...) name the file and the problem.
+    `checked`: check_spec's report, when the caller checked before giving up another pair."""
+    pair = checked if checked is not None else check_spec(spec)
     if spec.device == DEVICE_GPU:
         plan = plan_for(spec)
         try:
@@ -80,7 +95,7 @@ def load_engine(spec: ModelSpec, progress: Callable[[str, float], bool] | None =
         cpu = ModelPlacement(n_gpu_layers=0)
         cfg = EngineConfig(n_ctx=spec.n_ctx, n_threads=spec.n_threads, target_placement=cpu,
                            drafter_placement=cpu)
-    return Engine(spec.target, spec.drafter, cfg, progress=progress)
+    return Engine(spec.target, spec.drafter, cfg, progress=progress, pair=pair)
 
 
 def plan_for(spec: ModelSpec) -> SplitPlan:

@@ -19,10 +19,9 @@ from PySide6.QtCore import QObject, QThread, Signal, Slot
 from app.errors import FlashDeskError
 from app.session.chat_session import ChatSession
 from app.session.documents import ChatDocuments
-from app.session.models import ModelSpec, bundled_spec, gpu_available, load_engine, plan_for
+from app.session.models import ModelSpec, bundled_spec, check_spec, gpu_available, load_engine, plan_for
 from app.session.settings import ChatSettings
 from app.store import Store
-from gguf_tools.pair import check_pair
 
 
 @dataclass
@@ -90,16 +89,15 @@ class EngineWorker(QObject):
             return
         try:
             spec = req.spec or bundled_spec()
-            if spec.drafter:
-                # from the headers, before the loaded pair is given up: a mismatch keeps the old one working
-                check_pair(spec.target, spec.drafter).raise_if_bad()
+            # from the headers, before the loaded pair is given up: a mismatch keeps the old one working
+            checked = check_spec(spec)
 
             def progress(stage: str, frac: float) -> bool:
                 self.loadProgress.emit(stage, float(frac))
                 return not req.cancel.is_set()
 
             self._close_engine()
-            engine = load_engine(spec, progress)
+            engine = load_engine(spec, progress, checked)
         except (FlashDeskError, OSError, ValueError) as e:
             if not req.cancel.is_set():  # a superseded load's "cancelled" is no news to the user
                 self.loadFailed.emit(str(e))
