@@ -107,7 +107,7 @@ def cli_tokens_per_s(target: str, drafter: str | None, draft_max: int | None, ma
     if drafter is None or draft_max is None:
         cmd += ["--no-drafter"] if drafter is None else ["--drafter", drafter, "--no-spec"]
     else:
-        cmd += ["--drafter", drafter, "--draft-max", str(draft_max)]
+        cmd += ["--drafter", drafter, "--draft-mode", "fixed", "--draft-max", str(draft_max)]
     r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)},
                        check=True)
     j = json.loads(r.stdout.strip().splitlines()[-1])

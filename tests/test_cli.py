@@ -16,10 +16,10 @@ from app.cli import main
 def test_generate_json_on_tiny_pair(tiny_pair: tuple[Path, Path], capsys: pytest.CaptureFixture) -> None:
     t, d = tiny_pair
     assert main(["generate", "--target", str(t), "--drafter", str(d), "--prompt", "the cat sat on",
-                 "--max-tokens", "20", "--json"]) == 0
+                 "--max-tokens", "20", "--json", "--draft-mode", "fixed"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert set(out) >= {"text", "prompt_tokens", "tokens", "stats"}
-    assert len(out["tokens"]) == 20 and out["speculative"] is True
+    assert len(out["tokens"]) == 20 and out["draft_mode"] == "fixed" and out["stats"]["drafted"] > 0
     st = out["stats"]
     for k in ("steps", "drafted", "accepted", "tau", "accept_by_pos", "t_draft_s", "t_verify_s", "t_total_s",
               "tokens_per_s"):
@@ -28,7 +28,7 @@ def test_generate_json_on_tiny_pair(tiny_pair: tuple[Path, Path], capsys: pytest
     assert main(["generate", "--target", str(t), "--drafter", str(d), "--prompt", "the cat sat on",
                  "--max-tokens", "20", "--json", "--no-spec"]) == 0
     plain = json.loads(capsys.readouterr().out)
-    assert plain["tokens"] == out["tokens"] and plain["stats"]["drafted"] == 0 and plain["speculative"] is False
+    assert plain["tokens"] == out["tokens"] and plain["stats"]["drafted"] == 0 and plain["draft_mode"] == "plain"
 
 
 def test_generate_reports_a_truncated_drafter_clearly(tiny_pair: tuple[Path, Path],

@@ -16,6 +16,7 @@ import pytest
 
 from app.bundled import default_drafter
 from app.engine.dflash import Engine, EngineConfig
+from app.engine.draft_policy import Choice
 from app.engine.params import GenerationParams
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,16 +77,16 @@ def test_speculative_greedy_is_bit_identical_to_plain(gemma_target: Path) -> Non
         plain = _generate(e, prompt, GenerationParams(max_tokens=n, speculative=False))
         assert len(plain) == n
 
-        def oracle(hist: list[int], k: int) -> list[int]:
-            i = len(hist) - len(prompt)
+        def oracle(hist: list[int], choice: Choice) -> list[int]:
+            i, k = len(hist) - len(prompt), choice.k
             return (plain[i:i + k] + [0] * k)[:k]
 
         rng = random.Random(0)
 
-        def noisy(hist: list[int], k: int) -> list[int]:
-            d = oracle(hist, k)
+        def noisy(hist: list[int], choice: Choice) -> list[int]:
+            d = oracle(hist, choice)
             if rng.random() < 0.7:
-                d[rng.randrange(k)] = rng.randrange(1000, 20000)
+                d[rng.randrange(choice.k)] = rng.randrange(1000, 20000)
             return d
 
         for k, override in ((3, None), (15, oracle), (7, noisy)):
@@ -143,7 +144,7 @@ def run(params, override=None):
         out += ev.tokens
     return out
 plain = run(GenerationParams(max_tokens=120, speculative=False))
-oracle = lambda h, k: (plain[len(h) - len(p):len(h) - len(p) + k] + [0] * k)[:k]
+oracle = lambda h, c: (plain[len(h) - len(p):len(h) - len(p) + c.k] + [0] * c.k)[:c.k]
 spec = run(GenerationParams(max_tokens=120, draft_max=7), oracle)
 natural = run(GenerationParams(max_tokens=120, draft_max=3))
 print(json.dumps({"variant": cpu_variant().name, "oracle": spec == plain, "natural": natural == plain}))

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from app.engine.dflash import Engine
+from app.engine.draft_policy import Choice
 from app.engine.lossless import NEAR_TIE_MARGIN, check_lossless
 from app.engine.params import GenerationParams
 from app.errors import PairMismatch
@@ -41,9 +42,9 @@ def test_random_drafter_and_oracle_drafts_are_lossless(gemma_engine: Engine) -> 
     rep = check_lossless(e, prompt, spec)
     assert rep.lossless, rep.hard_mismatches
 
-    def oracle(hist: list[int], k: int) -> list[int]:
+    def oracle(hist: list[int], choice: Choice) -> list[int]:
         i = len(hist) - len(prompt)
-        return plain[i:i + k]
+        return plain[i:i + choice.k]
 
     forced, ev = generate(e, prompt, GenerationParams(max_tokens=32, draft_max=7), draft_override=oracle)
     # plain text is an imperfect oracle: batched verification may break a near-tie differently,

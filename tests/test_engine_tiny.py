@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from app.engine.dflash import Engine, EngineConfig
+from app.engine.draft_policy import Choice
 from app.engine.events import FINISH_CANCELLED, FINISH_LENGTH, FINISH_STOP
 from app.engine.params import GenerationParams
 from app.errors import ContextOverflow
@@ -50,8 +51,8 @@ def test_forced_partial_drafts_stay_identical(pair: str, request: pytest.Fixture
     plain, _ = run(e, prompt, GenerationParams(max_tokens=80, speculative=False))
     calls = []
 
-    def forced(hist: list[int], k: int) -> list[int]:
-        i = len(hist) - len(prompt)
+    def forced(hist: list[int], choice: Choice) -> list[int]:
+        i, k = len(hist) - len(prompt), choice.k
         good = len(calls) % (k + 1)  # 0..k correct drafts, then a wrong one
         calls.append(good)
         d = plain[i:i + k]

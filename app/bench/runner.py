@@ -23,89 +23,94 @@ import numpy as np
 from app.bench.info import run_info
 from app.bench.prompt_sets import BenchPrompt, prompt_text
 from app.chat.format import prompt_format_of
-from app.engine.adaptive import new_adaptive_policy
 from app.engine.calibration import CostModel, calibrate
+from app.engine.controller import DraftController, policy_for_mode
 from app.engine.dflash import Engine
+from app.engine.draft_policy import DFLASH
 from app.engine.lossless import check_lossless
 from app.engine.params import GenerationParams
 
-# "plain-again" repeats plain decoding: its speedup over "plain" is the noise band of the machine
-MODES = ("plain", "plain-again", "fixed", "adaptive", "adaptive-conf")
+# "plain-again" repeats plain decoding: its speedup over "plain" is the noise band of the machine;
+# the others are app.engine.controller's draft modes
+MODES = ("plain", "plain-again", "fixed", "lookup", "adaptive", "adaptive-conf", "hybrid")
+NEEDS_DRAFTER = ("fixed", "adaptive", "adaptive-conf")
 
 
 def run_mode(engine: Engine, tokens: list[int], mode: str, max_tokens: int, draft_max: int | None,
              stop: list[str], policies: dict | None = None) -> dict:
-    """One generation in `mode` from empty caches; an adaptive mode's controller lives in `policies`
-    (one per mode for a whole bench run, as one chat keeps its controller from reply to reply).
-    The entry: the generation's stats (GenerationStats.to_dict, with the per-step histories), its
-    tokens and text, and the step times per draft length."""
+    """One generation in `mode` from empty caches; a mode's policy lives in `policies` (one per
+    mode for a whole bench run, as one chat keeps its controller from reply to reply). The
+    entry: the generation's stats (GenerationStats.to_dict, with the per-step histories), its
+    tokens and text, and the step times per choice ("source:k")."""
     engine.reset()
-    adaptive = mode.startswith("adaptive")
-    params = GenerationParams(max_tokens=max_tokens, temperature=0.0, stop=stop,
-                              speculative=not mode.startswith("plain"), draft_max=draft_max, adaptive=adaptive)
-    policy = None
-    if adaptive:
-        policies = {} if policies is None else policies
-        if mode not in policies:
-            policies[mode] = new_adaptive_policy(engine, use_confidence=mode == "adaptive-conf")
-        policy = policies[mode]
+    policies = {} if policies is None else policies
+    if mode not in policies:
+        policies[mode] = policy_for_mode(engine, "plain" if mode.startswith("plain") else mode, draft_max)
+    policy = policies[mode]
+    if isinstance(policy, DraftController):
         policy.history, policy.predicted_step_s = [], []
+    params = GenerationParams(max_tokens=max_tokens, temperature=0.0, stop=stop,
+                              speculative=not mode.startswith("plain"), draft_max=draft_max)
     done = engine.complete(tokens, params, policy=policy)
     st = done.stats
+    choices = [f"{s}:{k}" for s, k in zip(st.source_history, st.k_history)]
     entry = st.to_dict(history=True) | {
         "tokens": done.tokens, "text": done.text, "finish_reason": done.finish_reason,
-        "step_ms_by_k": _step_ms_by_k(st.k_history, st.step_s_history)}
-    if policy is not None:  # what the controller's own (refreshed) cost model expected at each choice
-        entry["predicted_step_ms_by_k"] = _step_ms_by_k(policy.history, policy.predicted_step_s)
+        "step_ms_by_choice": _step_ms_by(choices, st.step_s_history)}
+    if isinstance(policy, DraftController):  # what the controller's own (refreshed) cost model expected
+        asked = [f"{c.source}:{c.k}" for c in policy.history]
+        entry["predicted_step_ms_by_choice"] = _step_ms_by(asked, policy.predicted_step_s)
     return entry
 
 
-def _step_ms_by_k(ks: list[int], step_s: list[float]) -> dict[str, list[float]]:
-    """{k: [steps, total ms]} over one run (summed across runs by the summary)."""
+def _step_ms_by(keys: list[str], step_s: list[float]) -> dict[str, list[float]]:
+    """{key: [steps, total ms]} over one run (summed across runs by the summary)."""
     out: dict[str, list[float]] = {}
-    for k, t in zip(ks, step_s):
-        e = out.setdefault(str(k), [0, 0.0])
+    for key, t in zip(keys, step_s):
+        e = out.setdefault(key, [0, 0.0])
         e[0] += 1
         e[1] = round(e[1] + t * 1e3, 3)
     return out
 
 
-def _sum_by_k(rows: list[dict], mode: str, key: str) -> dict[int, list[float]]:
-    per_k: dict[int, list[float]] = {}
+def _sum_by_choice(rows: list[dict], mode: str, key: str) -> dict[str, list[float]]:
+    per: dict[str, list[float]] = {}
     for r in rows:
-        for k, (n, ms) in r["modes"][mode].get(key, {}).items():
-            e = per_k.setdefault(int(k), [0, 0.0])
+        for c, (n, ms) in r["modes"][mode].get(key, {}).items():
+            e = per.setdefault(c, [0, 0.0])
             e[0] += n
             e[1] += ms
-    return dict(sorted(per_k.items()))
+    return dict(sorted(per.items()))
 
 
 def cost_model_check(rows: list[dict], modes: list[str], cost: CostModel) -> dict:
-    """Predicted against measured step time, per mode and k (mean over the run's steps):
-    `calibrated`, the cost model as calibrated before the run (cost.step_time), for every
-    mode; `live`, for the adaptive modes, what the controller's own cost model (refreshed
-    from the steps it saw) expected when it chose k. {mode: {k: {steps, measured_ms,
-    calibrated_ms, error, [live_ms, live_error]}}, max_abs_error{,_live}: over k with >= 20 steps}."""
+    """Predicted against measured step time, per mode and choice "source:k" (mean over the run's
+    steps): `calibrated`, the cost model as calibrated before the run (a steady step: no graph
+    rebuild), for every mode; `live`, for the controller's modes, what its own cost model
+    (refreshed from the steps it saw, rebuilds counted) expected when it chose. {mode: {choice:
+    {steps, measured_ms, calibrated_ms, error, [live_ms, live_error]}}, max_abs_error{,_live}:
+    over choices with >= 20 steps}."""
     out: dict = {}
     worst = worst_live = 0.0
     for m in modes:
-        measured = _sum_by_k(rows, m, "step_ms_by_k")
-        live = _sum_by_k(rows, m, "predicted_step_ms_by_k")
+        measured = _sum_by_choice(rows, m, "step_ms_by_choice")
+        live = _sum_by_choice(rows, m, "predicted_step_ms_by_choice")
         block = {}
-        for k, (n, ms) in measured.items():
+        for choice, (n, ms) in measured.items():
+            source, k = choice.split(":")[0], int(choice.split(":")[1])
             if k + 1 >= len(cost.verify_s):
                 continue
             meas = ms / n
-            pred = cost.step_time(k) * 1e3
+            pred = cost.step_time(k, dflash=source == DFLASH) * 1e3
             e = {"steps": int(n), "measured_ms": round(meas, 3), "calibrated_ms": round(pred, 3),
                  "error": round(pred / meas - 1.0, 4)}
-            if k in live:
-                lv = live[k][1] / live[k][0]
+            if choice in live:
+                lv = live[choice][1] / live[choice][0]
                 e.update(live_ms=round(lv, 3), live_error=round(lv / meas - 1.0, 4))
             if n >= 20:
                 worst = max(worst, abs(e["error"]))
                 worst_live = max(worst_live, abs(e.get("live_error", 0.0)))
-            block[str(k)] = e
+            block[choice] = e
         out[m] = block
     out["max_abs_error"] = round(worst, 4)
     out["max_abs_error_live"] = round(worst_live, 4)
@@ -123,8 +128,8 @@ def bench(engine: Engine, prompts: list[BenchPrompt], modes: list[str], max_toke
             raise ValueError(f"unknown mode {m!r}; expected some of {', '.join(MODES)}")
     if "plain" not in modes:
         modes = ["plain", *modes]
-    if not engine.has_drafter and any(not m.startswith("plain") for m in modes):
-        raise ValueError("speculative modes need a drafter")
+    if not engine.has_drafter and any(m in NEEDS_DRAFTER for m in modes):
+        raise ValueError(f"the modes {', '.join(NEEDS_DRAFTER)} need a drafter")
     rows = []
     t0 = time.time()
 
@@ -173,6 +178,22 @@ def _median(xs: list[float]) -> float:
     return round(statistics.median(xs), 4) if xs else 0.0
 
 
+def _by_source(entries: list[dict]) -> dict:
+    """tau per draft source over the steps that drafted from it, and the share of the tokens each
+    source (and the target itself) produced, summed over the prompts."""
+    steps: dict[str, int] = {}
+    acc: dict[str, int] = {}
+    for e in entries:
+        for s, n in e.get("steps_by_source", {}).items():
+            steps[s] = steps.get(s, 0) + n
+            acc[s] = acc.get(s, 0) + e["accepted_by_source"].get(s, 0)
+    n_gen = sum(e["n_generated"] for e in entries) or 1
+    share = {"target": round(sum(e["steps"] for e in entries) / n_gen, 4)}
+    share |= {s: round(a / n_gen, 4) for s, a in acc.items()}
+    return {"tau_by_source": {s: round((acc[s] + n) / n, 4) if n else 0.0 for s, n in steps.items()},
+            "token_share": share}
+
+
 def summarize(rows: list[dict], modes: list[str]) -> dict:
     def block(rs: list[dict]) -> dict:
         out: dict = {"n_prompts": len(rs)}
@@ -189,6 +210,7 @@ def summarize(rows: list[dict], modes: list[str]) -> dict:
                                                                        for r in rs)), 4),
                          median_tau=_median([e["tau"] for e in es]),
                          identical=sum(e["identical"] for e in es))
+                d.update(_by_source(es))
                 if es and "lossless" in es[0]:
                     d.update(lossless=all(e["lossless"] for e in es), near_ties=sum(e["near_ties"] for e in es))
             out[m] = d

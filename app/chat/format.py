@@ -4,16 +4,21 @@ A model's own chat template (Jinja, from its GGUF) is untrusted input: it is
 rendered in Jinja's immutable sandbox. Models without a template (the
 bundled Gemma 3 270M is a base model) get a plain, visible format:
 
-    <system prompt, if any>
+    <system prompt, or a one-line description of the conversation>
 
+    <three example turns>
     User: <message>
     Assistant: <reply>
     User: <message>
     Assistant:
 
-with "\\nUser:" as a stop string. Gemma's <start_of_turn> markup was tried on
-the base model and makes it echo the question or ramble; the plain format
-gives short answers. The drafter is distilled on text in this format.
+with "\\nUser:" and "\\nAssistant:" as stop strings. Gemma's <start_of_turn>
+markup was tried on the base model and makes it echo the question or ramble.
+With the bare format (no examples) the base model's first answers repeated
+the question, or looped on "Assistant: ..." lines; the example turns (an
+answer, code in a Markdown block with one line after it, a list) show it
+what an answer looks like, and a new turn's prefix ends the reply. The
+drafter is distilled on text in this format.
 """
 
 from __future__ import annotations
@@ -62,22 +67,31 @@ class PromptFormat:
         return render_template(self.template, messages, add_generation_prompt, self.bos_token, self.eos_token)
 
 
+PLAIN_INTRO = ("A conversation between a user and a helpful assistant. The assistant answers every question "
+               "directly and helpfully, and writes code in Markdown code blocks.")
+PLAIN_EXAMPLES = [
+    ChatMessage("user", "What is the capital of France?"),
+    ChatMessage("assistant", "The capital of France is Paris. It is also the country's largest city."),
+    ChatMessage("user", "Write a Python function that returns the square of a number."),
+    ChatMessage("assistant", "Here is a function that returns the square of a number:\n\n```python\ndef square(x):\n"
+                             "    return x * x\n```\n\nFor example, `square(3)` returns `9`."),
+    ChatMessage("user", "Give me three tips for sleeping better."),
+    ChatMessage("assistant", "1. Go to bed and get up at the same time every day.\n2. Keep your bedroom dark, "
+                             "quiet and cool.\n3. Avoid caffeine and screens in the evening."),
+]
+
+
 def render_plain(messages: list[ChatMessage], add_generation_prompt: bool = True) -> str:
-    parts: list[str] = []
-    for m in messages:
-        if m.role == "system":
-            if m.content.strip():
-                parts.append(m.content.strip() + "\n\n")
-        elif m.role == "user":
-            parts.append(f"User: {m.content.strip()}\n")
-        else:
-            parts.append(f"Assistant: {m.content.strip()}\n")
+    system = " ".join(m.content.strip() for m in messages if m.role == "system" and m.content.strip())
+    parts = [(system or PLAIN_INTRO) + "\n\n"]
+    for m in PLAIN_EXAMPLES + [m for m in messages if m.role != "system"]:
+        parts.append(f"{'User' if m.role == 'user' else 'Assistant'}: {m.content.strip()}\n")
     if add_generation_prompt:
         parts.append("Assistant:")
     return "".join(parts)
 
 
-PLAIN_STOP = ["\nUser:"]
+PLAIN_STOP = ["\nUser:", "\nAssistant:"]
 
 
 def render_template(template: str, messages: list[ChatMessage], add_generation_prompt: bool,

@@ -8,7 +8,7 @@ import sys
 
 from app.chat.format import ChatMessage, prompt_format_of
 from app.cli.common import add_model_args, open_engine
-from app.engine.adaptive import new_adaptive_policy
+from app.engine.controller import DRAFT_MODES, policy_for_mode
 from app.engine.params import GenerationParams
 
 
@@ -27,8 +27,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--stop", action="append", help="stop string (repeatable)")
     g.add_argument("--no-spec", action="store_true", help="plain decoding (the baseline)")
-    g.add_argument("--draft-max", type=int, default=None, help="fixed draft length (default: block size - 1)")
-    g.add_argument("--adaptive", action="store_true", help="choose the draft length per step from measured costs")
+    g.add_argument("--draft-mode", choices=DRAFT_MODES, default="hybrid",
+                   help="hybrid (default, as the app): the context lookup, the DFlash drafter or plain decoding, "
+                        "step by step, by expected tokens/s; adaptive: DFlash's draft length so chosen; "
+                        "fixed: DFlash's block (or --draft-max) every step; lookup: the lookup's draft of "
+                        "--draft-max tokens; plain")
+    g.add_argument("--draft-max", type=int, default=None,
+                   help="draft length of the fixed and lookup modes (default: block size - 1; lookup 3)")
     g.add_argument("--json", action="store_true")
     g.set_defaults(func=cmd_generate)
 
@@ -46,14 +51,14 @@ def cmd_generate(args: argparse.Namespace) -> int:
                                   top_p=args.top_p, min_p=args.min_p, seed=args.seed, stop=stop,
                                   speculative=not args.no_spec, draft_max=args.draft_max)
         prompt = engine.tokenize(text)
-        policy = new_adaptive_policy(engine) if args.adaptive and engine.has_drafter and not args.no_spec else None
+        policy = policy_for_mode(engine, "plain" if args.no_spec else args.draft_mode, args.draft_max)
         echo = None if args.json else (lambda t: print(t, end="", flush=True))
         done = engine.complete(prompt, params, policy=policy, on_text=echo)
         st = done.stats
         if args.json:
             print(json.dumps({"text": done.text, "prompt_tokens": prompt, "tokens": done.tokens,
                               "stats": st.to_dict(), "finish_reason": done.finish_reason,
-                              "speculative": params.speculative and engine.has_drafter}))
+                              "draft_mode": "plain" if args.no_spec else args.draft_mode}))
         else:
             print(f"\n[{st.n_generated} tokens, {st.tokens_per_s:.1f} tok/s, tau {st.tau:.2f}, {done.finish_reason}]",
                   file=sys.stderr)

@@ -1,13 +1,15 @@
-"""The cost model of speculation: how long a verify pass of n tokens and a
-drafter pass of k drafts take on this machine, for this pair and build.
+"""The cost model of speculation: how long a verify pass of n tokens, a
+drafter pass of k drafts, an injection and a graph rebuild take on this
+machine, for this pair and build.
 
 Measured by running the decode loop itself (Engine.generate with a fixed
-draft length k, for every k, round-robin so that drift on a busy machine hits
-every k alike): the costs are those of the loop's steady state, with
-llama.cpp's compute graph reused from step to step as it is while k stays
-put, both models alternating as they do. Cached on disk per (models, build,
-threads), and refreshed while running from the step timings the engine
-reports (an exponential moving average per size).
+choice per run, for every size, round-robin so that drift on a busy machine
+hits every size alike): the costs are those of the loop's steady state, with
+llama.cpp's compute graph reused from step to step as it is while the size
+stays put, both models alternating as they do; the first step of each run
+(after another size) measures the rebuild. Cached on disk per (models, build,
+threads, context), and refreshed while running from the step timings the
+engine reports (an exponential moving average per size).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from app.engine.dflash import Engine
-from app.engine.draft_policy import FixedDraftLength, StepTiming
+from app.engine.draft_policy import DFLASH, LOOKUP, LOOKUP_K_MAX, PLAIN_STEP, Choice, StepInfo, StepTiming
 from app.engine.params import GenerationParams
 from native.lib import build_info
 
@@ -31,6 +33,8 @@ from native.lib import build_info
 # vocabulary without byte tokens cannot abort the tokenizer). The context does
 # (attention reads it): about what a chat turn or a code prompt holds.
 CALIBRATION_PROMPT_LEN = 200
+INJECT_ROWS = 64  # the per-row injection cost is read from a call this size and a one-row call
+CALIBRATION_VERSION = "2"  # part of the cache key: a new cost model format is measured anew
 
 
 def _calibration_prompt(engine: Engine, shift: int, room: int) -> list[int]:
@@ -42,15 +46,22 @@ def _calibration_prompt(engine: Engine, shift: int, room: int) -> list[int]:
 
 @dataclass
 class CostModel:
-    """Seconds per step of the decode loop. verify_s[n]: a step that verifies n
-    tokens, all but the drafter pass (target pass and readout, taps and the
-    drafter's injection at the acceptance seen while measuring, host work);
-    draft_s[k]: the drafter pass with k drafts, incl. readout and trim;
-    inject_s: the injection cost per emitted token beyond that (0 when measured
-    in the loop, which includes it)."""
-    verify_s: list[float] = field(default_factory=list)  # index 0 unused
-    draft_s: list[float] = field(default_factory=list)  # index 0 = 0.0
-    inject_s: float = 0.0
+    """Seconds per step of the decode loop.
+
+    verify_s[n]: a step that verifies n tokens, all but the drafter's work:
+        target pass and readout, taps, host (index 0 unused)
+    draft_s[k]: the drafter pass with k drafts, incl. readout and trim (index 0 = 0)
+    inject_call_s: one injection call into the drafter (a DFlash step makes one first, for the
+        features of the tokens emitted since the drafter last ran)
+    inject_row_s: per injected feature row: every emitted token's, once, whichever source
+        drafted it (injection is lazy, so a lookup step pays it later, in a batch)
+    switch_s: a step whose verify size differs from the step before (llama.cpp rebuilds its graph)
+    """
+    verify_s: list[float] = field(default_factory=list)
+    draft_s: list[float] = field(default_factory=list)
+    inject_call_s: float = 0.0
+    inject_row_s: float = 0.0
+    switch_s: float = 0.0
     key: str = ""
     measured_at: float = 0.0
 
@@ -59,27 +70,46 @@ class CostModel:
         """The measured plain-decoding baseline: one token per single-token verify pass."""
         return 1.0 / self.verify_s[1] if len(self.verify_s) > 1 and self.verify_s[1] > 0 else 0.0
 
-    def step_time(self, k: int, n_emitted: float = 1.0) -> float:
-        """Expected seconds of a step that drafts k tokens and emits n_emitted.
-        Costs are read as non-decreasing in size: a noisy low estimate for a
-        large batch must not make it look cheaper than a smaller one."""
-        n = min(k + 1, len(self.verify_s) - 1)
-        t = max(self.verify_s[1:n + 1])
-        if k > 0:
-            t += max(self.draft_s[1:min(k, len(self.draft_s) - 1) + 1])
-        return t + self.inject_s * n_emitted
+    def step_times(self, dflash: bool, emitted: np.ndarray, last_n: int | None = None,
+                   inject: bool = True) -> np.ndarray:
+        """Expected seconds of a step drafting k = 0..len(emitted)-1 tokens that emits emitted[k]:
+        DFlash (a drafter pass, and an injection call if `inject`) or not (plain, lookup); the
+        graph rebuild counted where k+1 != last_n (None: not at all). Costs are read as
+        non-decreasing in size: a noisy low estimate for a large batch must not make it look
+        cheaper than a smaller one."""
+        emitted = np.asarray(emitted, dtype=np.float64)
+        ks = np.arange(len(emitted))
+        verify = np.maximum.accumulate(np.asarray(self.verify_s[1:], dtype=np.float64))
+        t = verify[np.minimum(ks, len(verify) - 1)] + self.inject_row_s * emitted
+        if last_n is not None:
+            t += self.switch_s * (ks + 1 != last_n)
+        if dflash and len(ks) > 1:
+            draft = np.maximum.accumulate(np.asarray(self.draft_s[1:], dtype=np.float64))
+            t[1:] += draft[np.minimum(ks[1:], len(draft)) - 1] + (self.inject_call_s if inject else 0.0)
+        return t
 
-    def update(self, k: int, t_draft: float, t_verify: float, alpha: float = 0.05) -> None:
-        """Refresh from one observed step (cheap: no extra decodes). Each
-        observation is clipped to [0.5x, 2x] of the estimate first, so a
-        stall caused by another program moves the estimate only a little."""
-        n = k + 1
-        if n < len(self.verify_s) and t_verify > 0:
+    def step_time(self, k: int, n_emitted: float = 1.0, dflash: bool = True) -> float:
+        """Expected seconds of one steady step (no graph rebuild) drafting k that emits n_emitted."""
+        e = np.ones(k + 1)
+        e[k] = n_emitted
+        return float(self.step_times(dflash, e)[k])
+
+    def draft_time(self, k: int) -> float:
+        """The drafter pass with k drafts (read as non-decreasing in k)."""
+        return max(self.draft_s[1:min(k, len(self.draft_s) - 1) + 1], default=0.0) + self.inject_call_s
+
+    def update(self, n: int, t_verify: float, k_draft: int = 0, t_draft: float = 0.0,
+               alpha: float = 0.05) -> None:
+        """Refresh from one observed steady step (cheap: no extra decodes): verify_s[n] from the
+        step's time without the drafter's work, draft_s[k_draft] from its drafter pass. Each
+        observation is clipped to [0.5x, 2x] of the estimate first, so a stall caused by
+        another program moves the estimate only a little."""
+        if 0 < n < len(self.verify_s) and t_verify > 0:
             cur = self.verify_s[n]
             self.verify_s[n] += alpha * (min(max(t_verify, 0.5 * cur), 2.0 * cur) - cur)
-        if 0 < k < len(self.draft_s) and t_draft > 0:
-            cur = self.draft_s[k]
-            self.draft_s[k] += alpha * (min(max(t_draft, 0.5 * cur), 2.0 * cur) - cur)
+        if 0 < k_draft < len(self.draft_s) and t_draft > 0:
+            cur = self.draft_s[k_draft]
+            self.draft_s[k_draft] += alpha * (min(max(t_draft, 0.5 * cur), 2.0 * cur) - cur)
 
     def relative_verify(self) -> list[float]:
         return [v / self.verify_s[1] for v in self.verify_s[1:]]
@@ -95,8 +125,9 @@ def _file_id(p: Path) -> str:
 
 def cache_key(engine: Engine) -> str:
     info = build_info()
-    parts = [_file_id(engine.target.path), _file_id(engine.drafter.path) if engine.drafter else "-",
-             info.patch_hash, info.variant, str(engine.config.n_threads or os.cpu_count()), str(engine.n_ctx)]
+    parts = [CALIBRATION_VERSION, _file_id(engine.target.path),
+             _file_id(engine.drafter.path) if engine.drafter else "-", info.patch_hash, info.variant,
+             str(engine.config.n_threads or os.cpu_count()), str(engine.n_ctx)]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:20]
 
 
@@ -105,58 +136,87 @@ def cache_dir() -> Path:
     return Path(base) / "flashdesk" / "calibration"
 
 
-class _Recorder(FixedDraftLength):
-    """A fixed draft length that keeps the loop's own timing of every step
-    and stops the generation after `n` steps."""
+class _Recorder:
+    """A fixed choice every step (the drafts of a lookup choice come from the override) that
+    keeps the loop's own timing of every step and stops the generation after `n` steps."""
 
-    def __init__(self, k: int, n: int):
-        super().__init__(k)
+    uses_confidence = False
+
+    def __init__(self, choice: Choice, n: int):
+        self.choice = choice
         self.n = n
         self.steps: list[tuple[int, StepTiming]] = []
         self.stop = threading.Event()
 
-    def observe(self, k: int, accepted: int, timing: StepTiming) -> None:
-        self.steps.append((k, timing))
+    def choose(self, step: StepInfo) -> Choice:
+        return self.choice
+
+    def truncate(self, confidence: np.ndarray) -> int:
+        return len(confidence)
+
+    def observe(self, choice: Choice, accepted: int, timing: StepTiming) -> None:
+        self.steps.append((choice.k, timing))
         if len(self.steps) >= self.n:
             self.stop.set()
 
 
-def measure(engine: Engine, max_k: int | None = None, rounds: int = 4, steps: int = 8) -> CostModel:
-    """Run the loop: per round and per k in 0..max_k, one generation of `steps`
-    steps drafting k (greedy, the drafter's own drafts); the first step after a
-    change of k rebuilds llama.cpp's graph and is not counted. Per k, the median
-    of the counted steps: verify_s[k+1] is everything but the drafter pass
-    (target pass, readout, taps, the drafter's injection, host), draft_s[k] the
-    drafter pass. Leaves the engine's caches empty."""
-    max_k = engine.block_size - 1 if max_k is None else max_k
-    ks = list(range(0, max_k + 1)) if engine.has_drafter else [0]
-    rest: dict[int, list[float]] = {k: [] for k in ks}
-    draft: dict[int, list[float]] = {k: [] for k in ks}
+def _junk_drafts(history: list[int], choice: Choice) -> list[int] | None:
+    """Drafts for a forced lookup step: the anchor repeated (the cost does not depend on the ids)."""
+    return [history[-1]] * choice.k if choice.source == LOOKUP else None
+
+
+def measure(engine: Engine, rounds: int = 4, steps: int = 8) -> CostModel:
+    """Run the loop: per round and per verify size n = 1..N, one generation of `steps` steps
+    that verify n tokens (greedy; with a drafter, DFlash drafting n-1 - its own drafts - else
+    forced lookup drafts), round-robin so that drift hits every size alike. Per size, the
+    median of the steady steps: verify_s[n] is everything but the drafter's work, draft_s[n-1]
+    the drafter pass. The first step of each generation follows a step of another size (it
+    rebuilds llama.cpp's graph): its excess over the steady median, over all sizes, is
+    switch_s. A DFlash step's injection call is timed in the loop, the cost per row on its own
+    (Engine.time_injection). Leaves the engine's caches empty."""
+    n_max = engine.block_size if engine.has_drafter else LOOKUP_K_MAX + 1
+    rest: dict[int, list[float]] = {n: [] for n in range(1, n_max + 1)}
+    draft: dict[int, list[float]] = {n: [] for n in range(1, n_max + 1)}
+    first: dict[int, list[float]] = {n: [] for n in range(1, n_max + 1)}
+    inject: list[float] = []  # a DFlash step's injection call (of the one or two rows emitted before)
     for _ in range(rounds):
-        for k in ks:
-            rec = _Recorder(k, steps + 1)
-            params = GenerationParams(max_tokens=(steps + 1) * (k + 1), draft_max=k, speculative=k > 0)
+        for n in range(1, n_max + 1):
+            k = n - 1
+            choice = PLAIN_STEP if k == 0 else Choice(DFLASH if engine.has_drafter else LOOKUP, k)
+            rec = _Recorder(choice, steps + 1)
+            params = GenerationParams(max_tokens=(steps + 1) * n, draft_max=k, speculative=k > 0)
             for attempt in range(3):  # a generation that ends early (EOS) is continued from another prompt
                 prompt = _calibration_prompt(engine, attempt, params.max_tokens + 1)
-                engine.complete(prompt, params, cancel=rec.stop, policy=rec)
+                engine.complete(prompt, params, cancel=rec.stop, policy=rec, draft_override=_junk_drafts)
                 if rec.stop.is_set():
                     break
-            for used, t in rec.steps[1:]:
+            for i, (used, t) in enumerate(rec.steps):
                 if used == k:  # near the end the room left can force a shorter draft
-                    rest[k].append(t.step_s - t.draft_s)
-                    draft[k].append(t.draft_s)
+                    (first if i == 0 else rest)[n].append(t.step_s - t.draft_s - t.inject_s)
+                    if i > 0:
+                        draft[n].append(t.draft_s)
+                        if k > 0 and engine.has_drafter:
+                            inject.append(t.inject_s)
     engine.reset()
-    n = max(ks) + 1
-    cm = CostModel(verify_s=[0.0] * (n + 1), draft_s=[0.0] * max(n, 2))
-    for k in ks:
-        if rest[k]:
-            cm.verify_s[k + 1] = float(np.median(rest[k]))
-            cm.draft_s[k] = float(np.median(draft[k])) if k > 0 else 0.0
+    cm = CostModel(verify_s=[0.0] * (n_max + 1), draft_s=[0.0] * max(n_max, 2))
+    excess = []
+    for n in range(1, n_max + 1):
+        if rest[n]:
+            cm.verify_s[n] = float(np.median(rest[n]))
+            cm.draft_s[n - 1] = float(np.median(draft[n])) if n > 1 else 0.0
+            excess += [f - cm.verify_s[n] for f in first[n]]
     # sizes the loop never reached (a generation that stopped early) take their neighbour's cost
     for i in range(2, len(cm.verify_s)):
         cm.verify_s[i] = cm.verify_s[i] or cm.verify_s[i - 1]
     for i in range(2, len(cm.draft_s)):
         cm.draft_s[i] = cm.draft_s[i] or cm.draft_s[i - 1]
+    cm.switch_s = max(0.0, float(np.median(excess))) if excess else 0.0
+    if engine.has_drafter and inject:
+        # per row: the difference of two sizes timed alone; per call: what the loop's calls took beyond
+        # their row (in the loop the drafter's graph alternates between injection and drafting)
+        one, many = engine.time_injection(1), engine.time_injection(INJECT_ROWS)
+        cm.inject_row_s = max(0.0, (many - one) / (INJECT_ROWS - 1))
+        cm.inject_call_s = max(0.0, float(np.median(inject)) - cm.inject_row_s)
     cm.measured_at = time.time()
     return cm
 
@@ -189,11 +249,3 @@ def calibrate(engine: Engine, use_cache: bool = True) -> CostModel:
     except OSError:
         pass  # no cache on a read-only or full disk; the model still works
     return cm
-
-
-def expected_tokens(p: np.ndarray, k: int) -> float:
-    """1 + sum_j prod_{i<=j} p_i: tokens per step when drafting k with per-position
-    conditional acceptance p (p[j] = P(draft j+1 accepted | drafts 1..j accepted))."""
-    if k <= 0:
-        return 1.0
-    return 1.0 + float(np.cumprod(p[:k]).sum())

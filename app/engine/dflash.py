@@ -12,7 +12,11 @@ One step (reference/llamacpp-dflash.md, section 1):
 Invariant before each draft: both caches hold positions 0..n_past-1 and
 the anchor (the last emitted token) is in neither.
 
-With k = 0 the step is plain decoding, through the same code.
+The drafts of a step come from the policy's choice (app.engine.draft_policy):
+none (plain decoding, k = 0, through the same code), the context lookup's
+match (app.engine.lookup: no model pass), or the DFlash drafter. The
+drafter's features are fed lazily, before its next pass, whichever source
+drafted in between.
 """
 
 from __future__ import annotations
@@ -25,9 +29,19 @@ from pathlib import Path
 
 import numpy as np
 
-from app.engine.draft_policy import DraftPolicy, FixedDraftLength, StepTiming
+from app.engine.draft_policy import (
+    DFLASH,
+    LOOKUP_K_MAX,
+    PLAIN_STEP,
+    Choice,
+    DraftPolicy,
+    FixedDraftLength,
+    StepInfo,
+    StepTiming,
+)
 from app.engine.events import FINISH_CANCELLED, FINISH_LENGTH, FINISH_STOP, Completion, GenerationEvent
 from app.engine.llama_objects import ContextConfig, EmbeddingBatch, LlamaContext, LlamaModel, ModelPlacement, TokenBatch
+from app.engine.lookup import ContextLookup, LookupMatch
 from app.engine.params import GenerationParams
 from app.engine.sampling import TokenSampler
 from app.engine.stats import GenerationStats
@@ -35,9 +49,9 @@ from app.engine.text_stream import TextStream
 from app.errors import ContextOverflow, ModelLoadError
 from gguf_tools.pair import PairReport, check_pair
 
-# A test hook: given the history (all tokens so far, anchor last) and k,
-# return the k tokens to verify instead of the drafter's proposal.
-DraftOverride = Callable[[list[int], int], list[int]]
+# A hook for tests and calibration: given the history (all tokens so far, anchor last) and the
+# policy's choice, the tokens to verify instead of that source's own drafts (None: its own).
+DraftOverride = Callable[[list[int], Choice], list[int] | None]
 
 
 @dataclass
@@ -82,7 +96,8 @@ class Engine:
         self.target_layers: list[int] = []
         if drafter is not None:
             self._load_drafter(Path(drafter), cfg, stage("drafter"))
-        self._tbatch = TokenBatch(max(cfg.n_batch, self.block_size))
+        self._tbatch = TokenBatch(max(cfg.n_batch, self.block_size, LOOKUP_K_MAX + 1))
+        self.lookup = ContextLookup()  # the n-gram index of the conversation: lookup drafts
         # token ids whose K/V sit in the target cache (and features in the drafter's), positions 0..len-1
         self._cached: list[int] = []
         # features not yet fed to the drafter: (first position, rows), contiguous, ending at len(_cached)
@@ -129,6 +144,11 @@ class Engine:
         self._cached = []
         self._pending = []
 
+    @property
+    def pending_rows(self) -> int:
+        """Target feature rows waiting to be fed to the drafter."""
+        return sum(len(r) for _, r in self._pending)
+
     def cache_positions(self) -> tuple[int, int | None]:
         """(target pos_max, drafter pos_max) once pending features are fed:
         both equal n_past-1 between steps."""
@@ -172,11 +192,11 @@ class Engine:
             raise ValueError("the prompt is empty")
         if len(prompt) + params.max_tokens > self.n_ctx:
             raise ContextOverflow(len(prompt), params.max_tokens, self.n_ctx)
-        speculative = params.speculative and self.has_drafter
         if policy is None:
+            # upstream's loop: the drafter's block (or draft_max) every step; plain without a drafter
             k_max = self.block_size - 1 if params.draft_max is None else params.draft_max
-            policy = FixedDraftLength(min(k_max, self.block_size - 1) if speculative else 0)
-        return self._run(prompt, params, cancel, policy, draft_override, speculative)
+            policy = FixedDraftLength(min(k_max, self.block_size - 1) if self.has_drafter else 0)
+        return self._run(prompt, params, cancel, policy, draft_override, params.speculative)
 
     def reference_scores(self, prompt: list[int], continuation: list[int]) -> tuple[np.ndarray, np.ndarray]:
         """Teacher-forced plain decoding: the prompt is prefilled as plain
@@ -215,6 +235,7 @@ class Engine:
         except BaseException:
             self.reset()
             raise
+        self.lookup.set_history(prompt)
         st.t_prefill_s = time.perf_counter() - t_start
         sampler = None if params.greedy else TokenSampler(params)
         stream = TextStream(self.target.token_to_piece, params.stop)
@@ -230,28 +251,26 @@ class Engine:
                     yield self._final(stream, st, t_start, t_loop, FINISH_CANCELLED)
                     return
                 room = min(params.max_tokens - n_out, self.n_ctx - n_past) - 1
-                k = max(0, min(policy.choose() if speculative else 0, self.block_size - 1, room))
                 t_step = time.perf_counter()
-                draft_before, verify_before = st.t_draft_s, st.t_verify_s
-                want_conf = k > 0 and policy.uses_confidence
-                drafts, conf = self._draft(anchor, n_past, k, st, want_conf) if k > 0 else ([], None)
-                if draft_override is not None and k > 0:
-                    drafts = [int(x) for x in draft_override(self._cached + [anchor], k)][:k]
-                if conf is not None:
-                    # early stop of the block where the drafter is unsure (the policy decides by tokens/s)
-                    drafts = drafts[:policy.truncate(conf[:len(drafts)])]
-                k = len(drafts)
+                before = (st.t_draft_s, st.t_verify_s, st.t_inject_s)
+                choice, match = self._choose(policy, room, st) if speculative and room > 0 else (PLAIN_STEP, None)
+                drafts = self._drafts(choice, match, anchor, n_past, policy, draft_override, st)
+                choice = Choice(choice.source, len(drafts)) if drafts else PLAIN_STEP
                 emitted, n_acc = self._verify(anchor, drafts, n_past, sampler, st)
                 self._sync(anchor, emitted, n_past, st)
+                t_lk = time.perf_counter()
+                self.lookup.append(emitted)
+                st.t_lookup_s += time.perf_counter() - t_lk
                 n_past += len(emitted)
                 anchor = emitted[-1]
                 n_out += len(emitted)
                 t_now = time.perf_counter()
-                st.record_step(k, n_acc, len(emitted), t_now - t_step)
+                st.record_step(choice.source, choice.k, n_acc, len(emitted), t_now - t_step)
                 st.t_decode_s = t_now - t_loop
                 st.t_total_s = t_now - t_start
-                policy.observe(k, n_acc, StepTiming(st.t_draft_s - draft_before, st.t_verify_s - verify_before,
-                                                    t_now - t_step))
+                policy.observe(choice, n_acc, StepTiming(
+                    draft_s=st.t_draft_s - before[0], verify_s=st.t_verify_s - before[1],
+                    inject_s=st.t_inject_s - before[2], step_s=t_now - t_step))
                 eog = self.target.is_eog(anchor)
                 visible = [t for t in emitted if not self.target.is_eog(t)]
                 text = stream.push(visible)
@@ -261,12 +280,47 @@ class Engine:
                     finish = FINISH_LENGTH
                 if finish is not None:
                     text += stream.finish()
-                yield GenerationEvent(text, emitted, [True] * n_acc + [False], st, finish)
+                yield GenerationEvent(text, emitted, [True] * n_acc + [False], st, finish, choice.source)
         except BaseException:
             # an error or an abandoned generator leaves caches we cannot vouch for
             if finish is None:
                 self.reset()
             raise
+
+    def _choose(self, policy: DraftPolicy, room: int, st: GenerationStats) -> tuple[Choice, LookupMatch | None]:
+        """Ask the policy, showing it what this step could draft from (and the lookup's match);
+        the k it may use is capped by the room left and by what the source can draft."""
+        t0 = time.perf_counter()
+        match = self.lookup.find(min(LOOKUP_K_MAX, room))
+        st.t_lookup_s += time.perf_counter() - t0
+        step = StepInfo(lookup=match, has_drafter=self.has_drafter, pending_rows=self.pending_rows)
+        choice = policy.choose(step)
+        if choice.source == DFLASH and not self.has_drafter:
+            return PLAIN_STEP, None
+        cap = self.block_size - 1 if choice.source == DFLASH else LOOKUP_K_MAX
+        k = max(0, min(choice.k, cap, room))
+        return (Choice(choice.source, k) if k > 0 else PLAIN_STEP), step.lookup
+
+    def _drafts(self, choice: Choice, match: LookupMatch | None, anchor: int, n_past: int,
+                policy: DraftPolicy, draft_override: DraftOverride | None, st: GenerationStats) -> list[int]:
+        """The tokens to verify after the anchor for this choice."""
+        k = choice.k
+        if k == 0:
+            return []
+        drafts: list[int] = []
+        conf = None
+        if choice.source == DFLASH:
+            drafts, conf = self._draft(anchor, n_past, k, st, policy.uses_confidence)
+        elif match is not None:
+            drafts = list(match.tokens[:k])
+        if draft_override is not None:
+            forced = draft_override(self._cached + [anchor], choice)
+            if forced is not None:
+                drafts = [int(x) for x in forced][:k]
+        if conf is not None:
+            # early stop of the block where the drafter is unsure (the policy decides by tokens/s)
+            drafts = drafts[:policy.truncate(conf[:len(drafts)])]
+        return drafts
 
     def _final(self, stream: TextStream, st: GenerationStats, t_start: float, t_loop: float,
                reason: str) -> GenerationEvent:
@@ -301,24 +355,45 @@ class Engine:
             self.ctx.decode(self._tbatch)
             if self.dctx is not None:
                 self._queue(self.ctx.taps(len(chunk)), pos0)
+                if self.pending_rows >= self._d_ubatch:
+                    self._flush()  # a long prompt's features are fed as it is read
             self._cached.extend(chunk)
         return keep
 
     def _queue(self, feats: np.ndarray, pos0: int) -> None:
-        """Target features wait here until the drafter next needs its cache:
-        fed in one batch before the next draft, so plain-decoding steps (k = 0,
-        or speculation off) do not pay a drafter call each."""
+        """Target features wait here until the drafter next needs its cache: fed in one batch
+        before its next pass (or once a ubatch's worth waits), so steps that do not run the
+        drafter (plain, lookup) do not pay a drafter call each."""
         self._pending.append((pos0, feats))
-        if sum(len(r) for _, r in self._pending) >= self._d_ubatch:
-            self._flush()
 
-    def _flush(self) -> None:
+    def _flush(self, st: GenerationStats | None = None) -> None:
         if not self._pending:
             return
+        t0 = time.perf_counter()
         pos0 = self._pending[0][0]
         feats = np.concatenate([r for _, r in self._pending]) if len(self._pending) > 1 else self._pending[0][1]
         self._pending = []
         self._inject(feats, pos0)
+        if st is not None:
+            dt = time.perf_counter() - t0
+            st.t_inject_s += dt
+            st.t_llama_s += dt
+
+    def time_injection(self, rows: int, repeats: int = 9) -> float:
+        """Median seconds to feed `rows` feature rows to the drafter (zeros, after its cache; removed
+        again): the injection costs of the cost model."""
+        if self.dctx is None:
+            return 0.0
+        self._flush()
+        n_past = len(self._cached)
+        feats = np.zeros((rows, len(self.target_layers) * self.target.n_embd), dtype=np.float32)
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            self._inject(feats, n_past)
+            times.append(time.perf_counter() - t0)
+            self.dctx.seq_rm(n_past)
+        return float(np.median(times))
 
     def _inject(self, feats: np.ndarray, pos0: int) -> None:
         """Feed target features (rows at pos0..) into the drafter's KV cache."""
@@ -330,11 +405,8 @@ class Engine:
     def _draft(self, anchor: int, n_past: int, k: int, st: GenerationStats,
                with_confidence: bool = False) -> tuple[list[int], np.ndarray | None]:
         """k drafts (and, if asked, the drafter's probability of each)."""
-        tf = time.perf_counter()
-        self._flush()
+        self._flush(st)
         t0 = time.perf_counter()
-        st.t_inject_s += t0 - tf
-        st.t_llama_s += t0 - tf
         block = [anchor] + [self.mask_token] * k
         # every entry is an output: the dflash graph computes logits for all
         # block rows without output-id filtering, so a partial output mask
@@ -399,14 +471,17 @@ class Engine:
         return emitted, len(emitted) - 1
 
     def _sync(self, anchor: int, emitted: list[int], n_past: int, st: GenerationStats) -> None:
-        """Keep the drafter's features and both caches at the verified prefix."""
+        """Keep the drafter's features and both caches at the verified prefix (reading the taps
+        and the trim count as the verify pass's)."""
         n_keep = n_past + len(emitted)
         t0 = time.perf_counter()
         if self.dctx is not None:
             self._queue(self.ctx.taps(len(emitted)), n_past)
         self.ctx.seq_rm(n_keep)
         dt = time.perf_counter() - t0
-        st.t_inject_s += dt
+        st.t_verify_s += dt
         st.t_llama_s += dt
+        if self.dctx is not None and self.pending_rows >= self._d_ubatch:
+            self._flush(st)
         self._cached.append(anchor)
         self._cached.extend(emitted[:-1])

@@ -18,6 +18,7 @@ class GenerationEvent:
     drafted: list[bool]  # per token: True if it came from an accepted draft
     stats: GenerationStats  # running stats of this generation (same object each event)
     finish_reason: str | None = None  # set on the last event
+    source: str = "plain"  # where this step's drafts came from (app.engine.draft_policy)
 
     @property
     def done(self) -> bool:

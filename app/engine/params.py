@@ -15,8 +15,8 @@ class GenerationParams:
     seed: int = 0
     stop: list[str] = field(default_factory=list)
     speculative: bool = True  # False: plain decoding through the same loop
-    draft_max: int | None = None  # None: the drafter's block size - 1 (or the adaptive policy)
-    adaptive: bool = False  # choose the draft length per step from measured costs
+    draft_max: int | None = None  # None: the drafter's block size - 1 (or the controller's choice)
+    adaptive: bool = False  # draft length "auto": the controller chooses source and length per step
 
     @property
     def greedy(self) -> bool:

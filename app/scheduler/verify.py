@@ -21,6 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from app.engine.dflash import Engine
+from app.engine.draft_policy import Choice
 from app.engine.params import GenerationParams
 from app.scheduler.apply import engine_config
 from app.scheduler.inventory import Inventory, detect_inventory, host_spec, parse_size
@@ -65,10 +66,10 @@ def measure(plan: SplitPlan, prompt: str, max_tokens: int, oracle: list[int] | N
         toks = engine.tokenize(prompt)
         override = None
         if oracle is not None:
-            def override(history: list[int], k: int) -> list[int]:
+            def override(history: list[int], choice: Choice) -> list[int]:
                 done = len(history) - len(toks)
-                ahead = oracle[done:done + k]
-                return ahead + [0] * (k - len(ahead))
+                ahead = oracle[done:done + choice.k]
+                return ahead + [0] * (choice.k - len(ahead))
         done = engine.complete(toks, GenerationParams(max_tokens=max_tokens), draft_override=override)
         rows = engine.ctx.memory_breakdown() + (engine.dctx.memory_breakdown() if engine.dctx is not None else [])
         return {"tokens": done.tokens, "prompt_tokens": toks, "load_s": round(load_s, 3),

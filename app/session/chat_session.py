@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.chat.format import ChatMessage, PromptFormat, prompt_format_of
-from app.engine.adaptive import AdaptiveDraftLength, new_adaptive_policy
 from app.engine.calibration import CostModel
+from app.engine.controller import DraftController, new_controller
 from app.engine.dflash import Engine
-from app.engine.draft_policy import DraftPolicy
+from app.engine.draft_policy import LOOKUP, DraftPolicy, FixedDraftLength
 from app.engine.events import FINISH_CANCELLED
+from app.engine.params import GenerationParams
 from app.engine.stats import GenerationStats
 from app.session.baseline import BASELINE_REQUEST, Baseline, measure_baseline
 from app.session.conversation_ops import ConversationError
@@ -63,7 +64,7 @@ class ChatSession:
         # where chats with collections retrieve from (the default documents database unless given)
         self.documents = documents or ChatDocuments()
         self.format: PromptFormat = prompt_format_of(engine.target)
-        self._adaptive: AdaptiveDraftLength | None = None  # draft length "auto": made on first use
+        self._controller: DraftController | None = None  # draft length "auto": made on first use
         names = [Path(engine.target.path).name] + ([Path(engine.drafter.path).name] if engine.drafter else [])
         self.model_label = " + ".join(names)
 
@@ -74,13 +75,26 @@ class ChatSession:
     def calibrate(self) -> CostModel:
         """The cost model draft length "auto" decides by (from the on-disk cache, or measured
         now: a UI calls this while it shows the load, not at the first reply)."""
-        return self.adaptive_policy().cost
+        return self.controller().cost
 
-    def adaptive_policy(self) -> AdaptiveDraftLength:
-        """This session's adaptive controller: what it learns carries over from reply to reply."""
-        if self._adaptive is None:
-            self._adaptive = new_adaptive_policy(self.engine)
-        return self._adaptive
+    def controller(self) -> DraftController:
+        """This session's draft controller (draft length "auto": the context lookup and the DFlash
+        drafter, if one is loaded, or plain decoding, step by step, by expected tokens/s); what it
+        learns carries over from reply to reply."""
+        if self._controller is None:
+            self._controller = new_controller(self.engine)
+        return self._controller
+
+    def policy_for(self, params: GenerationParams) -> DraftPolicy | None:
+        """The draft policy of these settings: "auto" is the controller; a fixed length drafts from
+        the DFlash drafter (or, without one, the context lookup); None is the engine's default."""
+        if not params.speculative:
+            return None
+        if params.adaptive:
+            return self.controller()
+        if not self.engine.has_drafter:
+            return FixedDraftLength(params.draft_max or 0, LOOKUP)
+        return None
 
     def measure_baseline(self) -> Baseline:
         """Measure (once per loaded model) the plain-decoding speed replies are compared with."""
@@ -113,8 +127,7 @@ class ChatSession:
             text = self.format.render(messages)
         sources = [s.to_dict() for s in grounded.sources] if grounded else []
         prompt = self.engine.tokenize(text)
-        if params.adaptive and policy is None and params.speculative and self.engine.has_drafter:
-            policy = self.adaptive_policy()
+        policy = policy or self.policy_for(params)
         before = RunningTotals()
         for m in self.store.messages(conv_id):
             if m.role == "assistant" and m.stats and "generation" in m.stats:

@@ -28,6 +28,17 @@ class ReplySummary:
     n_generated: int = 0
     acceptance_by_pos: list[float] = field(default_factory=list)
     drafts_by_pos: list[int] = field(default_factory=list)
+    # per draft source ("lookup", "dflash"): drafted, accepted, tau over its steps; and the share of
+    # the reply's tokens each source (and "target": the target's own token of each step) produced
+    drafted_by_source: dict[str, int] = field(default_factory=dict)
+    accepted_by_source: dict[str, int] = field(default_factory=dict)
+    tau_by_source: dict[str, float] = field(default_factory=dict)
+    token_share: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def sources_used(self) -> list[str]:
+        """The draft sources that drafted in this reply, in a fixed order."""
+        return [s for s in ("lookup", "dflash") if self.drafted_by_source.get(s)]
 
     def to_dict(self) -> dict:
         from dataclasses import asdict
@@ -71,7 +82,9 @@ def summarize(st: GenerationStats, before: RunningTotals, baseline_tps: float | 
         baseline_tokens_per_s=base, baseline_source=baseline_source,
         t_draft_s=st.t_draft_s, t_verify_s=st.t_verify_s, t_inject_s=st.t_inject_s, t_other_s=other,
         drafted=st.drafted, accepted=st.accepted, n_generated=st.n_generated,
-        acceptance_by_pos=list(st.acceptance_rate_by_pos), drafts_by_pos=list(st.draft_by_pos))
+        acceptance_by_pos=list(st.acceptance_rate_by_pos), drafts_by_pos=list(st.draft_by_pos),
+        drafted_by_source=dict(st.drafted_by_source), accepted_by_source=dict(st.accepted_by_source),
+        tau_by_source=st.tau_by_source, token_share=st.token_share)
 
 
 class RateSeries:

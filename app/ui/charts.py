@@ -12,6 +12,8 @@ GRID = QColor("#d0d4da")
 MUTED = QColor("#8a9099")
 SPLIT_COLOURS = {"draft": QColor("#e0a526"), "verify": QColor("#3d7bd9"), "inject": QColor("#8e5bd6"),
                  "other": QColor("#a0a6ad")}
+# who produced the reply's tokens: the target itself (one per step), the context lookup, the drafter
+SOURCE_COLOURS = {"target": QColor("#3d7bd9"), "lookup": QColor("#2e9e5b"), "dflash": QColor("#e0a526")}
 
 
 class _Chart(QWidget):
@@ -108,11 +110,12 @@ class Sparkline(_Chart):
         p.end()
 
 
-class TimeSplitBar(_Chart):
-    """One stacked bar: where the decode time went (draft / verify / inject / other)."""
+class StackedBar(_Chart):
+    """One stacked bar of named parts (where the decode time went; who produced the tokens)."""
 
-    def __init__(self, parent: QWidget | None = None):
+    def __init__(self, colours: dict[str, QColor], parent: QWidget | None = None):
         super().__init__(parent, 18)
+        self.colours = colours
         self.parts: dict[str, float] = {}
 
     def set_data(self, parts: dict[str, float]) -> None:
@@ -133,6 +136,6 @@ class TimeSplitBar(_Chart):
             if v <= 0:
                 continue
             bw = w * v / total
-            p.fillRect(QRectF(x, 0, bw, h), SPLIT_COLOURS.get(name, MUTED))
+            p.fillRect(QRectF(x, 0, bw, h), self.colours.get(name, MUTED))
             x += bw
         p.end()

@@ -6,7 +6,9 @@ from PySide6.QtWidgets import QFormLayout, QGroupBox, QLabel, QVBoxLayout, QWidg
 
 from app.session.baseline import Baseline
 from app.session.summary import ReplySummary
-from app.ui.charts import SPLIT_COLOURS, AcceptanceChart, Sparkline, TimeSplitBar
+from app.ui.charts import SOURCE_COLOURS, SPLIT_COLOURS, AcceptanceChart, Sparkline, StackedBar
+
+SOURCE_NAMES = {"target": "target", "lookup": "context lookup", "dflash": "DFlash drafter"}
 
 
 def _fmt_speedup(x: float | None) -> str:
@@ -17,8 +19,27 @@ def _ms(s: float) -> str:
     return f"{s * 1000:.0f} ms" if s < 10 else f"{s:.1f} s"
 
 
+def source_rows(s: ReplySummary) -> str:
+    """One row for the target and one per source that drafted: its share of the tokens, and for a
+    draft source what it drafted, how much of it passed and its tau."""
+    if not s.token_share:
+        return "–"
+    rows = []
+    for name in ["target", *s.sources_used]:
+        colour = SOURCE_COLOURS.get(name, SOURCE_COLOURS["target"]).name()
+        row = (f'<span style="color:{colour};">■</span> {SOURCE_NAMES.get(name, name)} '
+               f"{s.token_share.get(name, 0.0):.0%} of tokens")
+        drafted = s.drafted_by_source.get(name, 0)
+        if drafted:
+            acc = s.accepted_by_source.get(name, 0)
+            row += f" · {acc}/{drafted} drafts accepted ({acc / drafted:.0%}) · τ {s.tau_by_source.get(name, 0):.2f}"
+        rows.append(row)
+    return "<br>".join(rows)
+
+
 class StatsPanel(QWidget):
-    """tau, acceptance by block position, tokens/s sparkline, measured speedup, time split, counts."""
+    """tau, where the tokens came from, acceptance by block position, tokens/s sparkline, measured
+    speedup, time split, counts."""
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -45,21 +66,32 @@ class StatsPanel(QWidget):
         form.addRow("drafted / accepted", self.counts_label)
         lay.addWidget(nums)
 
-        acc = QGroupBox("Acceptance rate by block position")
+        src = QGroupBox("Where the tokens came from")
+        sl = QVBoxLayout(src)
+        self.source_bar = StackedBar(SOURCE_COLOURS)
+        self.source_bar.setToolTip("the share of this reply's tokens each produced: the target's own token "
+                                   "of each step, and the accepted drafts of each source")
+        self.source_label = QLabel("–")
+        self.source_label.setWordWrap(True)
+        sl.addWidget(self.source_bar)
+        sl.addWidget(self.source_label)
+        lay.addWidget(src)
+
+        acc = QGroupBox("Acceptance rate by draft position")
         al = QVBoxLayout(acc)
         self.acceptance_chart = AcceptanceChart()
         al.addWidget(self.acceptance_chart)
         lay.addWidget(acc)
 
         spark = QGroupBox("Tokens/s over this reply (dashed: measured plain)")
-        sl = QVBoxLayout(spark)
+        spl = QVBoxLayout(spark)
         self.sparkline = Sparkline()
-        sl.addWidget(self.sparkline)
+        spl.addWidget(self.sparkline)
         lay.addWidget(spark)
 
         split = QGroupBox("Decode time")
         tl = QVBoxLayout(split)
-        self.time_bar = TimeSplitBar()
+        self.time_bar = StackedBar(SPLIT_COLOURS)
         self.time_label = QLabel("–")
         self.time_label.setWordWrap(True)
         tl.addWidget(self.time_bar)
@@ -89,6 +121,8 @@ class StatsPanel(QWidget):
                                         f"({s.baseline_source})")
         rate = f" ({s.accepted / s.drafted:.0%})" if s.drafted else ""
         self.counts_label.setText(f"{s.drafted} / {s.accepted}{rate} · {s.n_generated} tokens")
+        self.source_bar.set_data(s.token_share)
+        self.source_label.setText(source_rows(s))
         self.acceptance_chart.set_data(s.acceptance_by_pos, s.drafts_by_pos)
         self.sparkline.set_data(series, s.baseline_tokens_per_s)
         parts = {"draft": s.t_draft_s, "verify": s.t_verify_s, "inject": s.t_inject_s, "other": s.t_other_s}
@@ -107,6 +141,7 @@ class StatsPanel(QWidget):
 
     def clear(self, state: str = "No reply yet") -> None:
         self.show_summary(ReplySummary(), [], state)
-        for lab in (self.tau_label, self.tau_running_label, self.tps_label, self.speedup_label, self.counts_label):
+        for lab in (self.tau_label, self.tau_running_label, self.tps_label, self.speedup_label, self.counts_label,
+                    self.source_label):
             lab.setText("–")
         self.set_baseline(self._baseline)

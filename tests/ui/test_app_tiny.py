@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
 
@@ -41,8 +42,13 @@ def test_send_streams_a_reply_and_updates_the_stats_panel(qtbot, open_window, ti
     assert w.stats_panel.sparkline.points == updates[-1].tps_series and len(updates[-1].tps_series) > 1
     assert "measured" in w.stats_panel.speedup_label.text()
     assert w.stats_panel.state_label.text().startswith("Finished")
-    # the reply keeps its own stats, shown under it
+    # where the tokens came from: the shares of the sources that produced them, and a row each
+    assert sum(w.stats_panel.source_bar.parts.values()) == pytest.approx(1.0)
+    for src in s.sources_used:
+        assert {"lookup": "context lookup", "dflash": "DFlash drafter"}[src] in w.stats_panel.source_label.text()
+    # the reply keeps its own stats, shown under it, with the sources that drafted it
     assert "tok/s" in reply.stats_label.text() and "τ" in reply.stats_label.text()
+    assert s.sources_used and "drafted by" in reply.stats_label.text()
     # the first message named the chat
     assert w.conv_model.conversation_at(0).title == "hello there"
 

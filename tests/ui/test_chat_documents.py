@@ -89,8 +89,9 @@ def index_files(db: Path, collection: str, paths: list[Path]) -> None:
 def test_the_renderer_keeps_the_conversation_and_puts_the_sources_with_the_last_question():
     history = [ChatMessage("system", "be brief"), ChatMessage("user", "hi"), ChatMessage("assistant", "hello")]
     plain = conversation_renderer(format_for_model(None), history)("[1] a.md, line 3\nthe text\n\n", "why?")
-    assert plain == (f"be brief\n\n{INSTRUCTIONS}\n\n[1] a.md, line 3\nthe text\n\n"
-                     "User: hi\nAssistant: hello\nUser: why?\nAssistant:")
+    # the plain format: the system text (the chat's, then the sources) first, its example turns, the chat
+    assert plain.startswith(f"be brief\n\n{INSTRUCTIONS}\n\n[1] a.md, line 3\nthe text\n\n")
+    assert plain.endswith("\nUser: hi\nAssistant: hello\nUser: why?\nAssistant:")
     tiny = conversation_renderer(format_for_model(TINY_TEMPLATE), history)("[1] a.md, line 3\nthe text\n\n", "why?")
     assert tiny == (f"s be brief\nu hi\na hello\nu {INSTRUCTIONS}\n\nSources:\n\n[1] a.md, line 3\nthe text\n\n"
                     "Question: why?\na ")

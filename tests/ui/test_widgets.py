@@ -7,6 +7,7 @@ from PySide6.QtGui import QColor, QImage
 from app.session.baseline import Baseline
 from app.session.summary import ReplySummary
 from app.ui.charts import BAR, AcceptanceChart, Sparkline
+from app.ui.chat_view import message_stats_line
 from app.ui.markdown_view import render_drafted, render_markdown
 from app.ui.stats_panel import StatsPanel
 
@@ -58,7 +59,10 @@ def test_stats_panel_shows_the_numbers_it_is_given(qtbot):
     s = ReplySummary(tau=3.25, tokens_per_s=80.0, speedup=2.0, tau_running=3.0, tokens_per_s_running=70.0,
                      speedup_running=1.75, baseline_tokens_per_s=40.0, baseline_source="plain run",
                      t_draft_s=0.1, t_verify_s=0.3, t_inject_s=0.05, t_other_s=0.05, drafted=100, accepted=60,
-                     n_generated=90, acceptance_by_pos=[0.9, 0.7], drafts_by_pos=[40, 40])
+                     n_generated=90, acceptance_by_pos=[0.9, 0.7], drafts_by_pos=[40, 40],
+                     drafted_by_source={"lookup": 30, "dflash": 70}, accepted_by_source={"lookup": 24, "dflash": 36},
+                     tau_by_source={"lookup": 4.0, "dflash": 2.2}, token_share={"target": 0.4, "lookup": 0.24,
+                                                                               "dflash": 0.36})
     p.show_summary(s, [50.0, 80.0], "Streaming…")
     assert p.tau_label.text() == "3.25" and p.tau_running_label.text() == "3.00"
     assert p.speedup_label.text().startswith("2.00× measured") and "1.75×" in p.speedup_label.text()
@@ -66,6 +70,13 @@ def test_stats_panel_shows_the_numbers_it_is_given(qtbot):
     assert p.counts_label.text().startswith("100 / 60 (60%)")
     assert "verify 300 ms (60%)" in p.time_label.text()
     assert p.acceptance_chart.rates == [0.9, 0.7]
+    # per source: the stacked bar of token shares and a row each
+    assert p.source_bar.parts == {"target": 0.4, "lookup": 0.24, "dflash": 0.36}
+    rows = p.source_label.text().split("<br>")
+    assert "target 40% of tokens" in rows[0]
+    assert "context lookup 24% of tokens · 24/30 drafts accepted (80%) · τ 4.00" in rows[1]
+    assert "DFlash drafter 36% of tokens · 36/70 drafts accepted (51%) · τ 2.20" in rows[2]
+    assert "drafted by lookup + DFlash" in message_stats_line({"summary": s.to_dict()})
 
 
 def test_input_box_enter_sends_and_shift_enter_adds_a_line(qtbot):

@@ -1,0 +1,55 @@
+"""How far a source's drafts get accepted: a running estimate per draft position.
+
+p[j] = P(draft j+1 accepted | drafts 1..j accepted), from decayed counts per
+position (only positions a step actually reached are updated), smoothed
+toward the estimate of the position before it (a few pseudo-counts): a
+position never reached yet is assumed to behave like its predecessor, so runs
+of full acceptance extend the draft and a source that fails at position 1 is
+not tried deeper. Expected tokens of a step drafting k: E(k) = 1 + sum_j prod p.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class AcceptanceModel:
+    def __init__(self, k_max: int, prior: float = 0.7, prior_weight: float = 2.0, decay: float = 0.9):
+        self.k_max = max(0, k_max)
+        self.prior = prior
+        self.prior_weight = prior_weight
+        self.decay = decay
+        self.tried = np.zeros(self.k_max, dtype=np.float64)
+        self.acc = np.zeros(self.k_max, dtype=np.float64)
+
+    @property
+    def p(self) -> np.ndarray:
+        """The current estimate of p[j], j = 0..k_max-1."""
+        p = np.empty(self.k_max)
+        q = self.prior
+        for j in range(self.k_max):
+            q = (self.acc[j] + self.prior_weight * q) / (self.tried[j] + self.prior_weight)
+            p[j] = q
+        return np.clip(p, 0.0, 0.999)
+
+    def expected(self) -> np.ndarray:
+        """E(k) for k = 0..k_max."""
+        return np.concatenate(([1.0], 1.0 + np.cumsum(np.cumprod(self.p))))
+
+    def observe(self, k: int, accepted: int) -> None:
+        """A step drafted k and `accepted` of them passed."""
+        k = min(k, self.k_max)
+        if k <= 0:
+            return
+        reached = min(accepted + 1, k)
+        self.tried[:reached] = self.decay * self.tried[:reached] + 1.0
+        self.acc[:reached] = self.decay * self.acc[:reached]
+        self.acc[:min(accepted, k)] += 1.0
+
+
+def expected_tokens(p: np.ndarray, k: int) -> float:
+    """1 + sum_j prod_{i<=j} p_i: tokens per step when drafting k with per-position
+    conditional acceptance p."""
+    if k <= 0:
+        return 1.0
+    return 1.0 + float(np.cumprod(p[:k]).sum())

@@ -1,0 +1,206 @@
+"""The draft controller: each step, the source and draft length with the most
+expected tokens per second.
+
+Candidates: plain (no draft), lookup(k) for k up to the context match's
+length, DFlash(k) for k up to the drafter's block. For each, expected tokens
+E(k) come from the acceptance model of that source (the lookup's per match
+length n, since a long match predicts better than a short one) and expected
+seconds from the calibrated cost model (app.engine.calibration): the target
+pass over k+1 tokens, the drafter pass and its injection call for DFlash
+only, a graph rebuild when the verify size changes. Rate = E / seconds.
+Plain decoding is a candidate, so speculation is never chosen when it does
+not pay; while it does not pay, a short probe now and then refreshes the
+estimates (drafting resumes when text becomes predictable again). The choice
+is a pure function of the measurements: the same costs and the same observed
+steps give the same sequence of choices.
+
+One class serves every automatic mode: `sources=(DFLASH,)` is the adaptive
+draft length, `(LOOKUP,)` speculation for a target without a drafter,
+`(LOOKUP, DFLASH)` the hybrid.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from app.engine.acceptance import AcceptanceModel, expected_tokens
+from app.engine.calibration import CostModel, calibrate
+from app.engine.draft_policy import (
+    DFLASH,
+    LOOKUP,
+    LOOKUP_K_MAX,
+    PLAIN_STEP,
+    Choice,
+    DraftPolicy,
+    FixedDraftLength,
+    StepInfo,
+    StepTiming,
+)
+from app.engine.lookup import DEFAULT_MAX_N
+
+if TYPE_CHECKING:
+    from app.engine.dflash import Engine
+
+CONF_BINS = np.array([0.0, 0.2, 0.4, 0.6, 0.8, 0.9, 0.95, 0.99, 1.01])
+# prior acceptance of a lookup draft by match length n (1..max_n): a one-token match is a guess,
+# a six-token one usually a copy; a handful of steps replace these with what the text shows
+LOOKUP_PRIOR = (0.0, 0.25, 0.4, 0.5, 0.6, 0.65, 0.7)
+DFLASH_PRIOR = 0.7
+
+
+class DraftController:
+    def __init__(self, cost: CostModel, sources: tuple[str, ...] = (LOOKUP, DFLASH), dflash_k_max: int = 15,
+                 lookup_k_max: int = LOOKUP_K_MAX, prior_weight: float = 2.0, decay: float = 0.9,
+                 probe_every: int = 8, probe_max_gap: int = 64, probe_k: int = 2,
+                 refresh_costs: bool = True, use_confidence: bool = False):
+        self.cost = cost
+        self.sources = tuple(sources)
+        n_max = len(cost.verify_s) - 2  # the longest draft the costs cover
+        self.dflash_k_max = max(0, min(dflash_k_max, n_max, len(cost.draft_s) - 1)) if DFLASH in sources else 0
+        self.lookup_k_max = max(0, min(lookup_k_max, n_max)) if LOOKUP in sources else 0
+        self.dflash = AcceptanceModel(self.dflash_k_max, DFLASH_PRIOR, prior_weight, decay)
+        self.lookup = [AcceptanceModel(self.lookup_k_max, LOOKUP_PRIOR[min(n, len(LOOKUP_PRIOR) - 1)],
+                                       prior_weight, decay) for n in range(DEFAULT_MAX_N + 1)]
+        self.probe_every = probe_every
+        self.probe_max_gap = probe_max_gap
+        self.probe_k = probe_k
+        self.refresh_costs = refresh_costs
+        self._gap = probe_every
+        self._plain_streak = 0
+        self._probing = False
+        self._last_n = 1  # verify size of the step before (a different size rebuilds the graph)
+        self._last_match = 0  # match length n of the lookup draft being verified
+        self.history: list[Choice] = []
+        self.predicted_step_s: list[float] = []  # the step time the cost model expected for each choice
+        # draft confidence: acceptance given the drafter's own probability, per bin
+        self.uses_confidence = use_confidence
+        self.conf_tried = np.full(len(CONF_BINS) - 1, 1.0)
+        self.conf_acc = 0.5 * (CONF_BINS[:-1] + CONF_BINS[1:]).clip(0, 1)  # prior: calibrated drafter
+        self._last_bins: np.ndarray | None = None
+
+    @property
+    def k_max(self) -> int:
+        return max(self.dflash_k_max, self.lookup_k_max)
+
+    def candidates(self, step: StepInfo) -> list[tuple[float, float, Choice]]:
+        """(rate, expected seconds, choice) of every candidate, plain first: each source's rates
+        for all k in one numpy pass (this runs every step, plain ones included)."""
+        c = self.cost
+        out = [(1.0 / t, t, PLAIN_STEP) for t in
+               [float(c.step_times(False, np.ones(1), self._last_n, False)[0])]]
+        if self.lookup_k_max and step.lookup is not None:
+            kk = min(self.lookup_k_max, len(step.lookup.tokens))
+            e = self.lookup[min(step.lookup.n, DEFAULT_MAX_N)].expected()[:kk + 1]
+            t = c.step_times(False, e, self._last_n, False)
+            out += [(e[k] / t[k], float(t[k]), Choice(LOOKUP, k)) for k in range(1, kk + 1)]
+        if self.dflash_k_max and step.has_drafter:
+            e = self.dflash.expected()
+            t = c.step_times(True, e, self._last_n, step.pending_rows > 0)
+            out += [(e[k] / t[k], float(t[k]), Choice(DFLASH, k)) for k in range(1, self.dflash_k_max + 1)]
+        return out
+
+    def choose(self, step: StepInfo) -> Choice:
+        cands = self.candidates(step)
+        best = max(range(len(cands)), key=lambda i: (cands[i][0], -i))  # ties go to the earlier candidate
+        _, t, choice = cands[best]
+        self._probing = False
+        if choice.k == 0 and len(cands) > 1:
+            self._plain_streak += 1
+            if self._plain_streak >= self._gap:
+                # a probe: probe_k drafts (or the lookup's whole match, if shorter) from the more
+                # promising source
+                self._plain_streak = 0
+                self._probing = True
+                longest = {x[2].source: x[2].k for x in cands[1:]}
+                spec = [x for x in cands[1:] if x[2].k == min(max(1, self.probe_k), longest[x[2].source])]
+                _, t, choice = max(spec, key=lambda x: x[0])
+        else:
+            self._plain_streak = 0
+        self._last_match = step.lookup.n if choice.source == LOOKUP and step.lookup is not None else 0
+        self.history.append(choice)
+        self.predicted_step_s.append(t)
+        return choice
+
+    def truncate(self, conf: np.ndarray) -> int:
+        """Early stop inside a DFlash block: keep the k' <= k drafts that maximise this step's
+        expected tokens/s, with per-position acceptance read from the drafter's confidence
+        (calibrated against what the target accepted so far). The drafter pass is paid either way."""
+        bins = np.clip(np.searchsorted(CONF_BINS, conf, side="right") - 1, 0, len(CONF_BINS) - 2)
+        self._last_bins = bins
+        p = np.clip(self.conf_acc[bins] / self.conf_tried[bins], 0.0, 0.999)
+        e = np.array([expected_tokens(p, kk) for kk in range(len(conf) + 1)])
+        t = self.cost.step_times(False, e, self._last_n, False) + self.cost.draft_time(len(conf))
+        return int(np.argmax(e / t))
+
+    def observe(self, choice: Choice, accepted: int, timing: StepTiming) -> None:
+        k = choice.k
+        if choice.source == DFLASH:
+            if self._last_bins is not None:
+                b = self._last_bins[:min(accepted + 1, k)]
+                np.add.at(self.conf_tried, b, 1.0)
+                np.add.at(self.conf_acc, b[:accepted], 1.0)
+            self.dflash.observe(k, accepted)
+        elif choice.source == LOOKUP:
+            self.lookup[min(self._last_match, DEFAULT_MAX_N)].observe(k, accepted)
+        self._last_bins = None
+        if self._probing:
+            # a probe whose drafts all passed, or after which drafting pays again, brings the next
+            # probe closer; a partial one after which plain decoding is still best pushes it away
+            # (probing every few steps in text no source knows costs a few % of plain speed)
+            promising = accepted == k or self._drafting_pays(choice.source)
+            self._gap = self.probe_every if promising else min(self._gap * 2, self.probe_max_gap)
+        switched = k + 1 != self._last_n
+        self._last_n = k + 1
+        if self.refresh_costs and not switched:  # a rebuild step's time is not the size's cost
+            self.cost.update(k + 1, timing.step_s - timing.draft_s - timing.inject_s,
+                             k if choice.source == DFLASH else 0, timing.draft_s)
+
+    def _drafting_pays(self, source: str) -> bool:
+        """Whether some draft of `source` now beats plain decoding (no switch cost counted)."""
+        c = self.cost
+        if source == DFLASH:
+            e = self.dflash.expected()
+            t = c.step_times(True, e, None, True)
+        else:
+            e = self.lookup[min(self._last_match, DEFAULT_MAX_N)].expected()
+            t = c.step_times(False, e, None, False)
+        r = e / t
+        return bool(r[1:].max(initial=0.0) > r[0])
+
+
+def new_controller(engine: Engine, sources: tuple[str, ...] = (LOOKUP, DFLASH),
+                   use_confidence: bool = False, **kw) -> DraftController:  # noqa: ANN003
+    """A controller for `engine`'s pair with its calibrated costs (cached on disk, or measured
+    now); sources the engine cannot draft from (DFlash without a drafter) are left out. The
+    caller owns it: a chat session keeps one, so what it learns about acceptance (and the
+    refreshed costs) carries over from one reply to the next."""
+    usable = tuple(s for s in sources if s != DFLASH or engine.has_drafter)
+    return DraftController(copy.deepcopy(calibrate(engine)), usable, dflash_k_max=engine.block_size - 1,
+                           use_confidence=use_confidence, **kw)
+
+
+# the draft modes a caller can ask for by name (the CLI, the bench)
+DRAFT_MODES = ("plain", "fixed", "lookup", "adaptive", "adaptive-conf", "hybrid")
+DEFAULT_LOOKUP_K = 3  # a fixed lookup draft's length when none is given
+
+
+def policy_for_mode(engine: Engine, mode: str, draft_max: int | None = None) -> DraftPolicy:
+    """The policy of a named mode: plain decoding; fixed (the DFlash drafter's block, or
+    draft_max, every step: upstream's loop); lookup (the context lookup's draft of draft_max
+    tokens whenever it matches); adaptive (the controller over DFlash alone; -conf: with early
+    stops at the drafter's confidence); hybrid (the controller over lookup and DFlash)."""
+    if mode == "plain":
+        return FixedDraftLength(0)
+    if mode == "fixed":
+        k = engine.block_size - 1 if draft_max is None else draft_max
+        return FixedDraftLength(min(k, engine.block_size - 1) if engine.has_drafter else 0)
+    if mode == "lookup":
+        return FixedDraftLength(min(DEFAULT_LOOKUP_K if draft_max is None else draft_max, LOOKUP_K_MAX), LOOKUP)
+    if mode in ("adaptive", "adaptive-conf"):
+        return new_controller(engine, (DFLASH,), use_confidence=mode == "adaptive-conf")
+    if mode == "hybrid":
+        return new_controller(engine, (LOOKUP, DFLASH))
+    raise ValueError(f"unknown draft mode {mode!r}; expected one of {', '.join(DRAFT_MODES)}")
