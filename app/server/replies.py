@@ -1,0 +1,111 @@
+"""OpenAI's response objects for a finished (or streaming) generation, with llama.cpp-style `timings`.
+
+`timings` follows llama.cpp's server (cache_n, prompt_n, prompt_ms, prompt_per_second, predicted_n,
+predicted_ms, predicted_per_token_ms, predicted_per_second, draft_n, draft_n_accepted) and adds
+DFlash's tau and draft sources, read from GenerationStats.to_dict() (the one serialisation).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from app.engine.events import FINISH_CANCELLED, FINISH_LENGTH
+from app.server.service import CHAT, SERVED_MODE, Finished
+
+# the stats fields timings carries as they are
+STATS_KEYS = ("steps", "tau", "tau_by_source", "token_share", "drafted_by_source", "accepted_by_source")
+
+
+def new_id(kind: str) -> str:
+    return ("chatcmpl-" if kind == CHAT else "cmpl-") + uuid.uuid4().hex[:24]
+
+
+def finish_reason(reason: str) -> str:
+    """OpenAI's names; "cancelled" only reaches a client when the server stops mid-reply."""
+    return {FINISH_LENGTH: "length", FINISH_CANCELLED: "cancelled"}.get(reason, "stop")
+
+
+def timings(stats: dict) -> dict:
+    """llama.cpp's timings of a generation (stats: GenerationStats.to_dict()), plus DFlash's."""
+    prompt_n = stats["n_prompt"] - stats["n_prompt_reused"]  # the tokens this request computed
+    prompt_ms = stats["t_prefill_s"] * 1000.0
+    predicted_n = stats["n_generated"]
+    predicted_ms = stats["t_decode_s"] * 1000.0
+    out = {
+        "cache_n": stats["n_prompt_reused"],
+        "prompt_n": prompt_n,
+        "prompt_ms": round(prompt_ms, 3),
+        "prompt_per_second": round(prompt_n / prompt_ms * 1000.0, 3) if prompt_ms > 0 else 0.0,
+        "predicted_n": predicted_n,
+        "predicted_ms": round(predicted_ms, 3),
+        "predicted_per_token_ms": round(predicted_ms / predicted_n, 3) if predicted_n else 0.0,
+        "predicted_per_second": stats["tokens_per_s"],
+        "draft_n": stats["drafted"],
+        "draft_n_accepted": stats["accepted"],
+        "draft_mode": SERVED_MODE,
+    }
+    out.update({k: stats[k] for k in STATS_KEYS})
+    return out
+
+
+def usage(prompt_tokens: int, done: Finished) -> dict:
+    n = done.stats["n_generated"]
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": n, "total_tokens": prompt_tokens + n,
+            "prompt_tokens_details": {"cached_tokens": done.stats["n_prompt_reused"]}}
+
+
+class Reply:
+    """The objects of one response: the whole one, or its stream's chunks (same id and time)."""
+
+    def __init__(self, kind: str, model: str, prompt_tokens: int, return_tokens: bool):
+        self.kind = kind
+        self.model = model
+        self.prompt_tokens = prompt_tokens
+        self.return_tokens = return_tokens
+        self.id = new_id(kind)
+        self.created = int(time.time())
+
+    def _head(self, chunk: bool) -> dict:
+        obj = ("chat.completion.chunk" if chunk else "chat.completion") if self.kind == CHAT else "text_completion"
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
+
+    def _tail(self, done: Finished) -> dict:
+        return {"usage": usage(self.prompt_tokens, done), "timings": timings(done.stats)}
+
+    def whole(self, done: Finished) -> dict:
+        if self.kind == CHAT:
+            choice = {"index": 0, "message": {"role": "assistant", "content": done.text}, "logprobs": None}
+        else:
+            choice = {"index": 0, "text": done.text, "logprobs": None}
+        choice["finish_reason"] = finish_reason(done.finish_reason)
+        if self.return_tokens:
+            choice["tokens"] = done.tokens
+        return {**self._head(False), "choices": [choice], **self._tail(done)}
+
+    def first_chunk(self) -> dict | None:
+        """A chat stream opens with the assistant's role (a completion stream has no such chunk)."""
+        if self.kind != CHAT:
+            return None
+        return self._chunk({"role": "assistant", "content": ""}, None)
+
+    def text_chunk(self, text: str) -> dict:
+        return self._chunk({"content": text} if self.kind == CHAT else text, None)
+
+    def last_chunk(self, done: Finished) -> dict:
+        """The finish reason, usage and timings (and the tokens, if asked)."""
+        out = self._chunk({} if self.kind == CHAT else "", finish_reason(done.finish_reason))
+        if self.return_tokens:
+            out["choices"][0]["tokens"] = done.tokens
+        return {**out, **self._tail(done)}
+
+    def usage_chunk(self, done: Finished) -> dict:
+        """stream_options.include_usage: OpenAI's extra chunk with no choices."""
+        return {**self._head(True), "choices": [], **self._tail(done)}
+
+    def _chunk(self, delta: dict | str, reason: str | None) -> dict:
+        if self.kind == CHAT:
+            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}
+        else:
+            choice = {"index": 0, "text": delta, "logprobs": None, "finish_reason": reason}
+        return {**self._head(True), "choices": [choice]}
