@@ -11,6 +11,8 @@
     flashdesk models ...           the model catalog and downloads
     flashdesk docs ...             document collections and questions
     flashdesk distill ...          train a drafter; quant-tau: its acceptance per quantization
+    flashdesk serve ...            an OpenAI-compatible server on 127.0.0.1
+    flashdesk serve-bench ...      tokens/s through the server vs Engine.complete, JSON out
 
 One module per command group registers its subcommands here.
 """
@@ -20,7 +22,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from app.cli import bench, distill, docs, doctor, generate, models, plan
+from app.cli import bench, distill, docs, doctor, generate, models, plan, serve
 from app.errors import FlashDeskError
 
 
@@ -34,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--quit-after", type=float, default=None, metavar="SECONDS",
                     help="close the window after this many seconds (measurements, screenshots)")
     sub = ap.add_subparsers(dest="cmd")
-    for group in (generate, bench, doctor, plan, models, docs, distill):
+    for group in (generate, bench, doctor, plan, models, docs, distill, serve):
         group.register(sub)
     return ap
 

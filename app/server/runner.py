@@ -25,8 +25,10 @@ def bind(host: str, port: int) -> socket.socket:
         infos = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM)
     except OSError as e:
         raise ServerConfigError(f"cannot resolve {host}: {e}") from None
-    family, _, _, _, addr = infos[0]
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    family, kind, proto, _, addr = infos[0]
+    # proto must say TCP: asyncio sets TCP_NODELAY on accepted sockets only then, and without it a
+    # response written in two parts waits for the client's delayed ACK (40 ms per request)
+    sock = socket.socket(family, kind, proto or socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(addr)
