@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from documents_corpus import build_corpus
 
-from app.chat.format import format_for_model
+from app.bench.prompt_sets import docqa_prompts
+from app.chat.format import format_for_model, prompt_format_of
 from app.documents.answer import NO_SOURCES, answer_question, build_prompt, conversation_renderer
 from app.documents.index import DocumentIndex
 from app.documents.indexer import Indexer
@@ -99,9 +100,21 @@ def test_docs_ask_cli_prints_answer_sources_and_stats_as_json(docs, gemma_target
     assert out.returncode == 0, out.stderr
     res = json.loads(out.stdout)
     assert res["question"] == "Which port does the sync daemon listen on?"
-    assert isinstance(res["answer"], str) and res["speculative"] is True
+    assert isinstance(res["answer"], str) and res["draft_mode"] == "hybrid"
     top = res["sources"][0]
     assert top["name"] == "guide.md" and top["page"] is None and top["score"] > 0
     assert {"file", "page", "line_start", "line_end", "score", "collection"} <= set(top)
     assert res["retrieval"]["mode"] == "fts" and res["retrieval"]["n_sources_in_prompt"] >= 1
     assert res["generation"]["n_generated"] >= 1 and "tau" in res["generation"]
+
+
+def test_the_bench_document_set_is_built_as_docs_ask_builds_its_prompts(gemma_engine) -> None:  # noqa: ANN001
+    """The bench's document Q&A prompts: the same prompt builder as `docs ask`, 1-3k tokens of
+    retrieved context each, in the target's format with its stop strings."""
+    rows = docqa_prompts(gemma_engine)
+    assert len(rows) >= 10
+    for r in rows:
+        n = len(gemma_engine.tokenize(r["prompt"]))
+        assert 1000 <= n <= 3000, (r["id"], n)
+        assert r["prompt"].count("[1] flashdesk-") == 1 and r["prompt"].endswith("Assistant:")
+        assert r["stop"] == prompt_format_of(gemma_engine.target).stop

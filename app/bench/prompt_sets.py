@@ -4,18 +4,36 @@
   completions: the evaluation set; never used for training (app.distill checks).
 - low-acceptance: prompts where drafting pays little (random codes, other
   languages, free-form stories), from assets/prompts/low_acceptance.jsonl.
+- chat: chat requests by category (explanations, emails, lists), from
+  assets/prompts/chat.jsonl.
+- docqa: questions about a frozen copy of FlashDesk's own docs
+  (assets/prompts/docqa/), each prompt built as `flashdesk docs ask` builds
+  it (retrieved sources in the prompt, in the target's format): it needs
+  the target, for the token budget.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from app.bundled import ASSETS
 from app.chat.format import ChatMessage, PromptFormat
+from app.documents.answer import answer_prompt
+from app.documents.index import DocumentIndex
+from app.documents.indexer import Indexer
+from app.documents.retrieve import Retriever
+
+if TYPE_CHECKING:
+    from app.engine.dflash import Engine
 
 LOW_ACCEPTANCE = ASSETS / "prompts" / "low_acceptance.jsonl"
+CHAT = ASSETS / "prompts" / "chat.jsonl"
+DOCQA_DIR = ASSETS / "prompts" / "docqa"
+NAMES = ("humaneval", "low-acceptance", "chat", "docqa")
 
 
 @dataclass
@@ -24,6 +42,7 @@ class BenchPrompt:
     prompt: str
     category: str = "default"
     format: str = "chat"  # "chat": one user turn in the model's chat format; "raw": a completion
+    stop: list[str] = field(default_factory=list)  # a raw prompt's stop strings
 
 
 def load_prompts(path: str | Path, limit: int | None = None) -> list[BenchPrompt]:
@@ -34,7 +53,8 @@ def load_prompts(path: str | Path, limit: int | None = None) -> list[BenchPrompt
             continue
         try:
             d = json.loads(line)
-            out.append(BenchPrompt(str(d["id"]), d["prompt"], d.get("category", "default"), d.get("format", "chat")))
+            out.append(BenchPrompt(str(d["id"]), d["prompt"], d.get("category", "default"), d.get("format", "chat"),
+                                   list(d.get("stop", []))))
         except (json.JSONDecodeError, KeyError) as e:
             raise ValueError(f"{p}:{n}: not a prompt line (needs JSON with 'id' and 'prompt'): {e}") from None
     return out[:limit] if limit else out
@@ -44,7 +64,7 @@ def prompt_text(bp: BenchPrompt, fmt: PromptFormat) -> tuple[str, list[str]]:
     """The text sent to the model and the stop strings, as the app sends them: a chat prompt in
     the model's own format (`prompt_format_of(engine.target)`), a raw prompt as it is."""
     if bp.format == "raw":
-        return bp.prompt, []
+        return bp.prompt, list(bp.stop)
     return fmt.render([ChatMessage("user", bp.prompt)]), list(fmt.stop)
 
 
@@ -55,15 +75,42 @@ def humaneval_prompts() -> list[dict]:
             for tid, p in read_problems().items()]
 
 
-def prompt_set(name: str) -> list[dict]:
+def _jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def docqa_prompts(engine: Engine, k: int = 5, max_tokens: int = 128) -> list[dict]:
+    """The document Q&A set: the corpus indexed (full-text) into a temporary database, each
+    question's prompt built by app.documents.answer.answer_prompt, as `docs ask` builds it."""
+    out = []
+    with tempfile.TemporaryDirectory() as tmp, DocumentIndex(Path(tmp) / "docs.sqlite3") as index:
+        index.add_roots(index.ensure_collection("docqa"), [DOCQA_DIR])
+        Indexer(index).run("docqa")
+        retriever = Retriever(index)
+        for q in _jsonl(DOCQA_DIR / "questions.jsonl"):
+            ap = answer_prompt(engine, retriever, q["question"], ["docqa"], k=k, mode="fts", max_tokens=max_tokens)
+            if ap.text is not None:
+                out.append({"id": q["id"], "prompt": ap.text, "category": "docqa", "format": "raw", "stop": ap.stop,
+                            "n_sources": len(ap.sources)})
+    return out
+
+
+def prompt_set(name: str, engine: Engine | None = None) -> list[dict]:
+    """A bundled set by name (docqa needs the engine whose target the prompts are for)."""
     if name == "humaneval":
         return humaneval_prompts()
     if name == "low-acceptance":
-        return [json.loads(line) for line in LOW_ACCEPTANCE.read_text().splitlines() if line.strip()]
-    raise ValueError(f"unknown prompt set {name!r}; expected humaneval or low-acceptance")
+        return _jsonl(LOW_ACCEPTANCE)
+    if name == "chat":
+        return _jsonl(CHAT)
+    if name == "docqa":
+        if engine is None:
+            raise ValueError("the docqa set is built with the target's tokenizer: it needs the model")
+        return docqa_prompts(engine)
+    raise ValueError(f"unknown prompt set {name!r}; expected one of {', '.join(NAMES)}")
 
 
-def write_prompt_set(name: str, out: str | Path) -> int:
-    rows = prompt_set(name)
+def write_prompt_set(name: str, out: str | Path, engine: Engine | None = None) -> int:
+    rows = prompt_set(name, engine)
     Path(out).write_text("".join(json.dumps(r) + "\n" for r in rows))
     return len(rows)

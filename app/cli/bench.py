@@ -43,8 +43,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.set_defaults(func=cmd_calibrate)
 
     p = sub.add_parser("prompts", help="write a bundled prompt set as JSONL")
-    p.add_argument("name", help="humaneval | low-acceptance | distill-eval")
+    p.add_argument("name", choices=prompt_sets.NAMES)
     p.add_argument("--out", required=True)
+    add_model_args(p)  # docqa: the target whose tokenizer sizes the prompts
     p.set_defaults(func=cmd_prompts)
 
 
@@ -81,7 +82,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                           "verify_relative": [round(x, 3) for x in cm.relative_verify()],
                           "draft_ms": [round(x * 1e3, 3) for x in cm.draft_s[1:]],
                           "draft_relative_to_plain_step": [round(x / cm.verify_s[1], 3) for x in cm.draft_s[1:]],
-                          "inject_ms_per_token": round(cm.inject_s * 1e3, 4)}, indent=2))
+                          "inject_call_ms": round(cm.inject_call_s * 1e3, 4),
+                          "inject_row_ms": round(cm.inject_row_s * 1e3, 4),
+                          "switch_ms": round(cm.switch_s * 1e3, 4)}, indent=2))
     finally:
         engine.close()
     return 0
@@ -101,6 +104,11 @@ def cmd_verify_cost(args: argparse.Namespace) -> int:
 
 
 def cmd_prompts(args: argparse.Namespace) -> int:
-    n = prompt_sets.write_prompt_set(args.name, args.out)
+    engine = open_engine(args) if args.name == "docqa" else None
+    try:
+        n = prompt_sets.write_prompt_set(args.name, args.out, engine)
+    finally:
+        if engine is not None:
+            engine.close()
     print(f"wrote {n} prompts to {args.out}", file=sys.stderr)
     return 0

@@ -25,6 +25,7 @@ from app.documents.embedding import EmbeddingModel
 from app.documents.index import DocumentIndex, default_db_path
 from app.documents.indexer import OUT_UNCHANGED, FileEvent, Indexer, IndexProgress
 from app.documents.retrieve import Retriever
+from app.engine.controller import policy_for_mode
 from app.engine.params import GenerationParams
 from app.errors import FlashDeskError
 
@@ -61,7 +62,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     q.add_argument("--k", type=int, default=5, help="chunks to retrieve (default 5)")
     q.add_argument("--mode", default="auto", choices=("auto", "fts", "hybrid"))
     q.add_argument("--max-tokens", type=int, default=128)
-    q.add_argument("--no-spec", action="store_true", help="plain decoding (no drafter)")
+    q.add_argument("--no-spec", action="store_true", help="plain decoding (no speculation)")
     q.add_argument("--json", action="store_true")
     q.set_defaults(func=cmd_ask)
 
@@ -156,13 +157,14 @@ def cmd_ask(args: argparse.Namespace) -> int:
         try:
             params = GenerationParams(max_tokens=args.max_tokens, speculative=not args.no_spec)
             on_text = None if args.json else (lambda t: print(t, end="", flush=True))
+            policy = policy_for_mode(engine, "plain" if args.no_spec else "hybrid")
             ans = answer_question(engine, Retriever(index, embedder), args.question, collections, k=args.k,
-                                  mode=args.mode, params=params, on_text=on_text)
+                                  mode=args.mode, params=params, policy=policy, on_text=on_text)
         finally:
             engine.close()
     if args.json:
         out = ans.to_dict()
-        out["speculative"] = bool(engine.has_drafter and not args.no_spec)
+        out["draft_mode"] = "plain" if args.no_spec else "hybrid"
         print(json.dumps(out))
         return 0
     if not ans.sources:

@@ -2,8 +2,9 @@
 numbered source labels, as many as fit the context budget (counted in the
 model's tokens), and the answer carries its sources (file, page, lines, score).
 
-DFlash stays on: retrieved text is copied into answers a lot, which a drafter
-predicts well, so acceptance (tau) on these answers is reported with them.
+Speculation stays on: retrieved text is copied into answers a lot, which the
+context lookup and the drafter predict well, so acceptance (tau) on these
+answers is reported with them.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from app.engine.params import GenerationParams
 
 if TYPE_CHECKING:
     from app.engine.dflash import Engine
+    from app.engine.draft_policy import DraftPolicy
 
 # short on purpose: small base models follow "read, then answer" better than long rules
 INSTRUCTIONS = "Read the sources and answer the question from them."
@@ -146,33 +148,52 @@ def fit_sources(engine: Engine, question: str, hits: Sequence[Hit], render: Call
     return build_prompt(question, hits, count, engine.n_ctx - max_tokens, render, truncate)
 
 
-def answer_question(engine: Engine, retriever: Retriever, question: str, collections: Sequence[str], *,
-                    k: int = 5, mode: str = "auto", params: GenerationParams | None = None,
-                    cancel: threading.Event | None = None,
-                    on_text: Callable[[str], None] | None = None) -> Answer:
-    """Retrieve, build the prompt within the context budget, generate (DFlash when
-    the engine has a drafter)."""
-    question = question.strip()
-    if not question:
-        raise ValueError("the question is empty")
-    params = params or GenerationParams(max_tokens=128)
+@dataclass
+class AnswerPrompt:
+    """What answering a question sends to the model: the prompt with the sources that fit, its
+    stop strings, and what retrieval found (no prompt when nothing matched)."""
+    text: str | None
+    sources: list[Source]
+    stop: list[str]
+    retrieval: dict
+
+
+def answer_prompt(engine: Engine, retriever: Retriever, question: str, collections: Sequence[str], *,
+                  k: int = 5, mode: str = "auto", max_tokens: int = 128) -> AnswerPrompt:
+    """Retrieve, and build the prompt within the context budget (the context minus max_tokens):
+    the one way a question becomes a prompt (`docs ask`, the bench's document Q&A set)."""
     t0 = time.perf_counter()
     found: RetrievalResult = retriever.search(question, collections, k=k, mode=mode)
     retrieval = found.stats()
     retrieval["collections"] = list(collections)
-    if not found.hits:
-        return Answer(question, NO_SOURCES, [], retrieval, finish_reason="no_sources")
-
     fmt = prompt_format_of(engine.target)
-    prompt, sources = fit_sources(engine, question, found.hits, conversation_renderer(fmt), params.max_tokens)
+    if not found.hits:
+        return AnswerPrompt(None, [], list(fmt.stop), retrieval)
+    prompt, sources = fit_sources(engine, question, found.hits, conversation_renderer(fmt), max_tokens)
     retrieval["n_hits"] = len(found.hits)
     retrieval["n_sources_in_prompt"] = len(sources)
     retrieval["t_prompt_s"] = round(time.perf_counter() - t0 - found.t_total_s, 6)
-    tokens = engine.tokenize(prompt)
-    stop = list(params.stop) + [s for s in fmt.stop if s not in params.stop]
+    return AnswerPrompt(prompt, sources, list(fmt.stop), retrieval)
+
+
+def answer_question(engine: Engine, retriever: Retriever, question: str, collections: Sequence[str], *,
+                    k: int = 5, mode: str = "auto", params: GenerationParams | None = None,
+                    cancel: threading.Event | None = None, policy: DraftPolicy | None = None,
+                    on_text: Callable[[str], None] | None = None) -> Answer:
+    """Retrieve, build the prompt within the context budget, generate (speculative with
+    `policy`, or the engine's default)."""
+    question = question.strip()
+    if not question:
+        raise ValueError("the question is empty")
+    params = params or GenerationParams(max_tokens=128)
+    ap = answer_prompt(engine, retriever, question, collections, k=k, mode=mode, max_tokens=params.max_tokens)
+    if ap.text is None:
+        return Answer(question, NO_SOURCES, [], ap.retrieval, finish_reason="no_sources")
+    tokens = engine.tokenize(ap.text)
+    stop = list(params.stop) + [s for s in ap.stop if s not in params.stop]
     gen = GenerationParams(**{**asdict(params), "stop": stop})
-    done = engine.complete(tokens, gen, cancel=cancel, on_text=on_text)
+    done = engine.complete(tokens, gen, cancel=cancel, policy=policy, on_text=on_text)
     answer = done.text.strip()
-    for s in sources:
+    for s in ap.sources:
         s.cited = f"[{s.n}]" in answer
-    return Answer(question, answer, sources, retrieval, done.stats.to_dict(), done.finish_reason, len(tokens))
+    return Answer(question, answer, ap.sources, ap.retrieval, done.stats.to_dict(), done.finish_reason, len(tokens))

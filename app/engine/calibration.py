@@ -34,6 +34,7 @@ from native.lib import build_info
 # (attention reads it): about what a chat turn or a code prompt holds.
 CALIBRATION_PROMPT_LEN = 200
 INJECT_ROWS = 64  # the per-row injection cost is read from a call this size and a one-row call
+SWITCH_N = 4  # the rebuild cost is read from steps alternating 1 and this many tokens
 CALIBRATION_VERSION = "2"  # part of the cache key: a new cost model format is measured anew
 
 
@@ -137,19 +138,19 @@ def cache_dir() -> Path:
 
 
 class _Recorder:
-    """A fixed choice every step (the drafts of a lookup choice come from the override) that
+    """Fixed choices (a cycle of them; the drafts of a lookup choice come from the override) that
     keeps the loop's own timing of every step and stops the generation after `n` steps."""
 
     uses_confidence = False
 
-    def __init__(self, choice: Choice, n: int):
-        self.choice = choice
+    def __init__(self, choices: list[Choice], n: int):
+        self.choices = choices
         self.n = n
         self.steps: list[tuple[int, StepTiming]] = []
         self.stop = threading.Event()
 
     def choose(self, step: StepInfo) -> Choice:
-        return self.choice
+        return self.choices[len(self.steps) % len(self.choices)]
 
     def truncate(self, confidence: np.ndarray) -> int:
         return len(confidence)
@@ -165,58 +166,69 @@ def _junk_drafts(history: list[int], choice: Choice) -> list[int] | None:
     return [history[-1]] * choice.k if choice.source == LOOKUP else None
 
 
+def _run(engine: Engine, choices: list[Choice], steps: int) -> list[tuple[int, StepTiming]]:
+    """The timings of `steps` steps making `choices` in turn (greedy, from the calibration prompt)."""
+    rec = _Recorder(choices, steps)
+    n_max = max(c.k for c in choices) + 1
+    params = GenerationParams(max_tokens=steps * n_max, draft_max=n_max - 1, speculative=n_max > 1)
+    for attempt in range(3):  # a generation that ends early (EOS) is continued from another prompt
+        prompt = _calibration_prompt(engine, attempt, params.max_tokens + 1)
+        engine.complete(prompt, params, cancel=rec.stop, policy=rec, draft_override=_junk_drafts)
+        if rec.stop.is_set():
+            break
+    return rec.steps
+
+
 def measure(engine: Engine, rounds: int = 4, steps: int = 8) -> CostModel:
     """Run the loop: per round and per verify size n = 1..N, one generation of `steps` steps
     that verify n tokens (greedy; with a drafter, DFlash drafting n-1 - its own drafts - else
     forced lookup drafts), round-robin so that drift hits every size alike. Per size, the
-    median of the steady steps: verify_s[n] is everything but the drafter's work, draft_s[n-1]
-    the drafter pass. The first step of each generation follows a step of another size (it
-    rebuilds llama.cpp's graph): its excess over the steady median, over all sizes, is
-    switch_s. A DFlash step's injection call is timed in the loop, the cost per row on its own
-    (Engine.time_injection). Leaves the engine's caches empty."""
+    median of the steady steps (the first, after another size, is not counted): verify_s[n]
+    is everything but the drafter's work, draft_s[n-1] the drafter pass, and a DFlash step's
+    injection call. Then a run that verifies 1, 1, SWITCH_N, SWITCH_N, 1, 1, ... tokens: how
+    much longer the first step of each pair takes than the second is what a change of size
+    costs (switch_s). The cost per injected row is timed
+    on its own (Engine.time_injection). Leaves the engine's caches empty."""
     n_max = engine.block_size if engine.has_drafter else LOOKUP_K_MAX + 1
     rest: dict[int, list[float]] = {n: [] for n in range(1, n_max + 1)}
     draft: dict[int, list[float]] = {n: [] for n in range(1, n_max + 1)}
-    first: dict[int, list[float]] = {n: [] for n in range(1, n_max + 1)}
     inject: list[float] = []  # a DFlash step's injection call (of the one or two rows emitted before)
     for _ in range(rounds):
         for n in range(1, n_max + 1):
             k = n - 1
             choice = PLAIN_STEP if k == 0 else Choice(DFLASH if engine.has_drafter else LOOKUP, k)
-            rec = _Recorder(choice, steps + 1)
-            params = GenerationParams(max_tokens=(steps + 1) * n, draft_max=k, speculative=k > 0)
-            for attempt in range(3):  # a generation that ends early (EOS) is continued from another prompt
-                prompt = _calibration_prompt(engine, attempt, params.max_tokens + 1)
-                engine.complete(prompt, params, cancel=rec.stop, policy=rec, draft_override=_junk_drafts)
-                if rec.stop.is_set():
-                    break
-            for i, (used, t) in enumerate(rec.steps):
+            for used, t in _run(engine, [choice], steps + 1)[1:]:
                 if used == k:  # near the end the room left can force a shorter draft
-                    (first if i == 0 else rest)[n].append(t.step_s - t.draft_s - t.inject_s)
-                    if i > 0:
-                        draft[n].append(t.draft_s)
-                        if k > 0 and engine.has_drafter:
-                            inject.append(t.inject_s)
-    engine.reset()
+                    rest[n].append(t.step_s - t.draft_s - t.inject_s)
+                    draft[n].append(t.draft_s)
+                    if k > 0 and engine.has_drafter:
+                        inject.append(t.inject_s)
     cm = CostModel(verify_s=[0.0] * (n_max + 1), draft_s=[0.0] * max(n_max, 2))
-    excess = []
     for n in range(1, n_max + 1):
         if rest[n]:
             cm.verify_s[n] = float(np.median(rest[n]))
             cm.draft_s[n - 1] = float(np.median(draft[n])) if n > 1 else 0.0
-            excess += [f - cm.verify_s[n] for f in first[n]]
     # sizes the loop never reached (a generation that stopped early) take their neighbour's cost
     for i in range(2, len(cm.verify_s)):
         cm.verify_s[i] = cm.verify_s[i] or cm.verify_s[i - 1]
     for i in range(2, len(cm.draft_s)):
         cm.draft_s[i] = cm.draft_s[i] or cm.draft_s[i - 1]
-    cm.switch_s = max(0.0, float(np.median(excess))) if excess else 0.0
+    # sizes 1, 1, n, n, 1, 1, ...: the first step of each pair rebuilds the graph, the second does not;
+    # compared within one run, drift cancels
+    cycle = [PLAIN_STEP, PLAIN_STEP, Choice(LOOKUP, SWITCH_N - 1), Choice(LOOKUP, SWITCH_N - 1)]
+    alt = _run(engine, cycle, 4 * rounds * steps + 4)[4:]
+    by_pos = [[t.step_s - t.inject_s for i, (used, t) in enumerate(alt) if i % 4 == j and used == cycle[j].k]
+              for j in range(4)]
+    if all(by_pos):
+        cm.switch_s = max(0.0, float(np.median(by_pos[0]) - np.median(by_pos[1])
+                                     + np.median(by_pos[2]) - np.median(by_pos[3])) / 2)
     if engine.has_drafter and inject:
         # per row: the difference of two sizes timed alone; per call: what the loop's calls took beyond
         # their row (in the loop the drafter's graph alternates between injection and drafting)
         one, many = engine.time_injection(1), engine.time_injection(INJECT_ROWS)
         cm.inject_row_s = max(0.0, (many - one) / (INJECT_ROWS - 1))
         cm.inject_call_s = max(0.0, float(np.median(inject)) - cm.inject_row_s)
+    engine.reset()
     cm.measured_at = time.time()
     return cm
 
