@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from app.chat.format import ChatMessage
 from app.server.errors import ApiError, bad_request
@@ -59,14 +59,20 @@ class _Sampling(_Strict):
     user: str | None = None  # accepted, not used
     return_tokens: bool = False  # the generated token ids in the choice (llama.cpp's name)
 
-    @model_validator(mode="after")
-    def _supported(self) -> _Sampling:
-        if self.n != 1:
+    @field_validator("n")
+    @classmethod
+    def _one_choice(cls, n: int) -> int:
+        if n != 1:
             raise ValueError("only n=1 is supported")
-        stops = self.stop_list()
+        return n
+
+    @field_validator("stop")
+    @classmethod
+    def _few_stops(cls, stop: str | list[str] | None) -> str | list[str] | None:
+        stops = [stop] if isinstance(stop, str) else stop or []
         if len(stops) > MAX_STOP or not all(stops):
             raise ValueError(f"stop takes up to {MAX_STOP} non-empty strings")
-        return self
+        return stop
 
     def stop_list(self) -> list[str]:
         if self.stop is None:
@@ -144,6 +150,4 @@ def _where(loc: tuple) -> str:
             parts.append(str(x))
         elif isinstance(x, str) and x.isidentifier() and x not in _TYPE_NAMES:
             parts.append(x)
-        else:
-            continue
     return ".".join(parts)

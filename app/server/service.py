@@ -84,13 +84,16 @@ def model_id_of(target_path: str | Path) -> str:
     return Path(target_path).name.removesuffix(".gguf")
 
 
+ModelProvider = Callable[[], ServedModel | None]
+
+
 class EngineExecutor(Protocol):
     def model_id(self) -> str | None:
         """The id of the model jobs run on now (None: none loaded)."""
 
     def submit(self, job: Job) -> None:
-        """Run job.run(model) in the engine's thread, after what was submitted before; may be called
-        from any thread. A model of None: none is loaded."""
+        """Run job.run(provider) in the engine's thread, after what was submitted before (provider()
+        gives the model then, or None when none is loaded); may be called from any thread."""
 
 
 # what a job reports, in order: Started, Piece..., then Finished; or Failed at any point
@@ -174,11 +177,13 @@ class Job:
         except RuntimeError:  # the event loop is gone (server stopped): nobody is listening
             self.cancel.set()
 
-    def run(self, model: ServedModel | None) -> None:
+    def run(self, served: ModelProvider) -> None:
+        """In the engine's thread: `served()` is asked for the model only once the job starts (it may
+        calibrate the draft controller; its errors are this request's)."""
         if not self._service.start(self):
             return  # abandoned while queued, or the server stopped
         try:
-            self._generate(model)
+            self._generate(served())
         except ApiError as e:
             self._fail(e)
         except ContextOverflow as e:
@@ -191,10 +196,11 @@ class Job:
             log.exception("generation failed")
             self._fail(server_error(f"the generation failed ({type(e).__name__})"))
         finally:
-            self._service.end(self)
+            self._service.end(self)  # if not ended yet (a bug's exception)
 
     def _fail(self, e: ApiError) -> None:
         self.record.error = e.message
+        self._service.end(self)  # logged before the client hears: its record is there when it does
         self.send(Failed(e))
 
     def _generate(self, model: ServedModel | None) -> None:
@@ -241,6 +247,7 @@ class Job:
         r.tokens_per_s = st.tokens_per_s
         r.tau = st.tau
         r.finish_reason = reason
+        self._service.end(self)
         self.send(Finished(reason, text, tokens, st.to_dict()))
 
 
@@ -282,8 +289,7 @@ class GenerationService:
         with self._lock:
             if self._closed:
                 raise unavailable("the server is stopping")
-            waiting = sum(1 for j in self._jobs if j.state == QUEUED)
-            if waiting >= self.max_queue and self._jobs:
+            if len(self._jobs) > self.max_queue:  # one runs (or is about to), max_queue wait
                 raise ApiError(429, f"the server is busy ({len(self._jobs)} requests in flight): retry later",
                                type_="rate_limit_error", code="queue_full",
                                headers={"Retry-After": str(self._retry_after())})
@@ -373,4 +379,4 @@ class ThreadExecutor:
 
     def _loop(self) -> None:
         while (job := self._queue.get()) is not None:
-            job.run(self._model)
+            job.run(lambda: self._model)

@@ -1,0 +1,335 @@
+"""The OpenAI-compatible server, for real: uvicorn on 127.0.0.1 (a free port) over the bundled pair
+(Gemma 3 270M Q4_K_M + its distilled drafter) in draft mode hybrid, driven by the openai package.
+Greedy replies are checked with the teacher-forced lossless check on a second, plain engine."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from urllib.parse import urlsplit
+
+import openai
+import pytest
+
+from app.bundled import default_drafter, default_target
+from app.chat.format import ChatMessage, prompt_format_of
+from app.cli import main
+from app.engine.controller import policy_for_mode
+from app.engine.dflash import Engine, EngineConfig
+from app.engine.lossless import check_lossless
+from app.server.config import ServerConfig, is_loopback
+from app.server.errors import ServerConfigError
+from app.server.runner import BackgroundServer
+from app.server.service import SERVED_MODE, ServedModel, ThreadExecutor, model_id_of
+from app.session.models import load_engine, resolve_spec
+
+pytestmark = pytest.mark.gemma
+
+KEY = "test-key-123"
+N_CTX = 2048
+QUESTION = "What is the capital of France?"
+COUNTING = "1, 2, 3, 4, 5, 6, 7, 8,"  # a base model goes on counting: a reply that does not end by itself
+WAIT_S = 120
+
+
+class Served:
+    def __init__(self, server: BackgroundServer, model: str):
+        self.server = server
+        self.url = server.url
+        self.service = server.service
+        self.model = model
+
+    def client(self, key: str = KEY, retries: int = 0) -> openai.OpenAI:
+        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=key, max_retries=retries, timeout=WAIT_S)
+
+    def raw(self, method: str, path: str, body: bytes | None = None, headers: dict | None = None,
+            key: str | None = KEY) -> tuple[int, dict, bytes]:
+        """A request as any HTTP client sends it: (status, headers, body)."""
+        u = urlsplit(self.url)
+        conn = http.client.HTTPConnection(u.hostname, u.port, timeout=WAIT_S)
+        h = {"Content-Type": "application/json"} | ({"Authorization": f"Bearer {key}"} if key else {})
+        conn.request(method, path, body, h | (headers or {}))
+        resp = conn.getresponse()
+        out = resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+        conn.close()
+        return out
+
+
+@pytest.fixture(scope="module")
+def served():
+    drafter = default_drafter()
+    assert drafter is not None, "the bundled drafter is missing from assets/drafters"
+    # one llama.cpp thread: see tests/ui/conftest.py (tiny_spec)
+    engine = load_engine(resolve_spec(n_ctx=N_CTX, n_threads=1))
+    model = ServedModel.for_engine(engine, policy_for_mode(engine, SERVED_MODE))
+    executor = ThreadExecutor(model)
+    server = BackgroundServer(executor, ServerConfig(port=0, api_key=KEY, max_queue=1, max_tokens=N_CTX))
+    yield Served(server, model.name)
+    server.stop()
+    executor.close()
+    engine.close()
+
+
+@pytest.fixture(scope="module")
+def checker():
+    """The plain target alone: tokenizes as the server does, and runs the teacher-forced check."""
+    e = Engine(default_target(), None, EngineConfig(n_ctx=N_CTX, n_threads=1))
+    yield e
+    e.close()
+
+
+def chat_prompt(engine: Engine, messages: list[ChatMessage]) -> list[int]:
+    return engine.tokenize(prompt_format_of(engine.target).render(messages))
+
+
+def ask(client: openai.OpenAI, model: str, messages: list[dict] | None = None, **kw):  # noqa: ANN003, ANN201
+    return client.chat.completions.create(model=model, messages=messages or [{"role": "user", "content": QUESTION}],
+                                          temperature=0, **kw)
+
+
+def long_stream(client: openai.OpenAI, model: str):  # noqa: ANN201 - an openai Stream
+    return client.completions.create(model=model, prompt=COUNTING, max_tokens=400, temperature=0, stream=True)
+
+
+def check_timings(t: dict, completion_tokens: int) -> None:
+    """timings agree with themselves and with usage (they are the engine's stats)."""
+    assert t["predicted_n"] == completion_tokens
+    assert t["draft_mode"] == SERVED_MODE
+    assert t["draft_n"] == sum(t["drafted_by_source"].values())
+    assert t["draft_n_accepted"] == sum(t["accepted_by_source"].values()) <= t["draft_n"]
+    assert t["steps"] == t["predicted_n"] - t["draft_n_accepted"]  # each step: its accepted drafts + 1
+    assert t["tau"] == pytest.approx(t["predicted_n"] / t["steps"], abs=1e-3)
+    assert t["token_share"]["target"] == pytest.approx(t["steps"] / t["predicted_n"], abs=1e-3)
+    assert sum(t["token_share"].values()) == pytest.approx(1.0, abs=1e-3)
+    assert t["predicted_per_second"] == pytest.approx(t["predicted_n"] / t["predicted_ms"] * 1000, rel=0.01)
+    assert t["prompt_n"] + t["cache_n"] > 0 and t["prompt_ms"] >= 0
+
+
+def test_health_and_models(served: Served) -> None:
+    status, _, body = served.raw("GET", "/health", key=None)  # no key needed
+    assert status == 200 and json.loads(body) == {"status": "ok"}
+    assert served.model == model_id_of(default_target())
+    assert [m.id for m in served.client().models.list().data] == [served.model]
+    assert served.client().models.retrieve(served.model).id == served.model
+
+
+def test_streamed_and_whole_greedy_replies_agree_and_are_lossless(served: Served, checker: Engine) -> None:
+    client = served.client()
+    whole = ask(client, served.model, max_tokens=32, extra_body={"return_tokens": True})
+    choice = whole.choices[0]
+    assert choice.message.content.strip() and choice.finish_reason in ("stop", "length")
+    prompt = chat_prompt(checker, [ChatMessage("user", QUESTION)])
+    assert whole.usage.prompt_tokens == len(prompt)
+    assert whole.usage.completion_tokens == len(choice.tokens)
+    check_timings(whole.timings, whole.usage.completion_tokens)
+    record = served.service.records[-1]
+    assert (record.completion_tokens, record.tau) == (whole.timings["predicted_n"],
+                                                      pytest.approx(whole.timings["tau"], abs=1e-3))
+
+    chunks = list(ask(client, served.model, max_tokens=32, stream=True, extra_body={"return_tokens": True}))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    last = chunks[-1]
+    assert text == choice.message.content
+    assert last.choices[0].finish_reason == choice.finish_reason
+    # the same tokens, but for those a step emitted past a stop string (how many depends on the drafts)
+    a, b = sorted([last.choices[0].tokens, choice.tokens], key=len)
+    assert b[:len(a)] == a
+    assert last.usage.completion_tokens == len(last.choices[0].tokens)
+    check_timings(last.timings, last.usage.completion_tokens)
+    assert last.timings["cache_n"] == len(prompt) - 1  # the same prompt again: its KV came from the last turn
+
+    for tokens in (choice.tokens, last.choices[0].tokens):
+        rep = check_lossless(checker, prompt, tokens)
+        assert rep.lossless, rep.hard_mismatches
+
+
+def test_a_conversation_reuses_the_kv_cache_and_completions_stream_sse(served: Served, checker: Engine) -> None:
+    client = served.client()
+    turns = [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": QUESTION}]
+    first = ask(client, served.model, turns, max_tokens=16)
+    turns += [{"role": "assistant", "content": first.choices[0].message.content},
+              {"role": "user", "content": "And of Italy?"}]
+    second = ask(client, served.model, turns, max_tokens=8)
+    assert second.usage.prompt_tokens == len(chat_prompt(checker, [ChatMessage(m["role"], m["content"])
+                                                                   for m in turns]))
+    # the second turn's prompt extends the first's: its KV stays (the last prompt token is decoded anew)
+    assert second.timings["cache_n"] >= first.usage.prompt_tokens - 1
+    assert second.usage.prompt_tokens_details.cached_tokens == second.timings["cache_n"]
+
+    # /v1/completions as raw server-sent events, ending with [DONE]
+    body = json.dumps({"model": served.model, "prompt": "def add(a, b):", "max_tokens": 8, "temperature": 0,
+                       "stream": True, "stream_options": {"include_usage": True}}).encode()
+    status, headers, raw = served.raw("POST", "/v1/completions", body)
+    assert status == 200 and headers["content-type"].startswith("text/event-stream")
+    events = [line[6:] for line in raw.decode().split("\n\n") if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    objs = [json.loads(e) for e in events[:-1]]
+    assert objs[-1]["choices"] == [] and objs[-1]["usage"]["completion_tokens"] == 8  # include_usage
+    assert objs[-2]["choices"][0]["finish_reason"] == "length" and "timings" in objs[-2]
+    assert all(o["object"] == "text_completion" for o in objs)
+
+
+def test_stop_strings(served: Served) -> None:
+    client = served.client()
+    free = ask(client, served.model, max_tokens=32).choices[0].message.content
+    words = re.findall(r"[A-Za-z]{3,}", free)
+    assert len(words) >= 3, free
+    stop = words[len(words) // 2]
+    cut = free[:free.index(stop)]
+    whole = ask(client, served.model, max_tokens=32, stop=[stop])
+    assert whole.choices[0].message.content == cut and whole.choices[0].finish_reason == "stop"
+    chunks = list(ask(client, served.model, max_tokens=32, stop=stop, stream=True))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == cut
+    assert chunks[-1].choices[0].finish_reason == "stop"
+
+
+def wait_for(cond, timeout: float = WAIT_S) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_a_client_that_disconnects_mid_stream_cancels_its_generation(served: Served) -> None:
+    client = served.client()
+    n_before = len(served.service.records)
+    with long_stream(client, served.model) as stream:
+        seen = 0
+        for chunk in stream:
+            seen += bool(chunk.choices and chunk.choices[0].text)
+            if seen == 2:
+                break  # leaving the block closes the connection
+    wait_for(lambda: len(served.service.records) > n_before)
+    gone = served.service.records[-1]
+    assert gone.finish_reason == "cancelled" and gone.completion_tokens < 400
+    assert served.service.pending == 0
+    after = ask(client, served.model, max_tokens=4)  # the next request is served
+    assert after.usage.completion_tokens == 4
+
+
+def test_concurrent_clients_are_served_one_after_the_other_and_a_full_queue_gets_429(served: Served) -> None:
+    n_before = len(served.service.records)
+    start = threading.Barrier(2)
+    results: list = []
+
+    def client_thread() -> None:
+        start.wait()
+        results.append(ask(served.client(), served.model, max_tokens=12))
+
+    threads = [threading.Thread(target=client_thread) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(WAIT_S)
+    assert [r.usage.completion_tokens for r in results] == [12, 12]
+    a, b = sorted(list(served.service.records)[n_before:], key=lambda r: r.started_at)
+    assert a.ended_at <= b.started_at and b.queued_s > 0  # the second waited for the first
+
+    # max_queue=1: one request runs, one waits, a third is refused with Retry-After
+    with long_stream(served.client(), served.model) as running:
+        next(iter(running))
+        waiting = threading.Thread(target=lambda: results.append(ask(served.client(), served.model, max_tokens=4)))
+        waiting.start()
+        wait_for(lambda: served.service.pending == 2)
+        with pytest.raises(openai.RateLimitError) as refused:
+            ask(served.client(), served.model, max_tokens=4)
+        assert int(refused.value.response.headers["retry-after"]) >= 1
+        assert refused.value.body["code"] == "queue_full"
+    waiting.join(WAIT_S)
+    assert results[-1].usage.completion_tokens == 4
+
+
+def test_bad_requests_get_a_4xx_with_an_error_body(served: Served) -> None:
+    m = served.model
+    msg = [{"role": "user", "content": "hi"}]
+    cases = [
+        (b'{"model": ', 400, "invalid_json"),
+        (json.dumps({"model": m, "messages": msg, "max_tokens": "3"}), 400, "max_tokens"),
+        (json.dumps({"model": m, "messages": msg, "temperature": "hot"}), 400, "temperature"),
+        (json.dumps({"model": m, "messages": msg, "frobnicate": 1}), 400, "unknown_field"),
+        (json.dumps({"model": m, "messages": msg, "max_tokens": N_CTX + 1}), 400, "max_tokens"),
+        (json.dumps({"model": m, "messages": msg, "n": 2}), 400, "n"),
+        (json.dumps({"model": m, "messages": []}), 400, "messages"),
+        (json.dumps({"model": m, "messages": [{"role": "wizard", "content": "hi"}]}), 400, "messages"),
+        (json.dumps({"model": m}), 400, "missing_field"),
+        (json.dumps([1, 2]), 400, None),
+        (json.dumps({"model": m, "messages": msg, "max_tokens": N_CTX}), 400, "context_length_exceeded"),
+        (json.dumps({"model": "gpt-4o", "messages": msg}), 404, "model_not_found"),
+        (b"x" * (2 << 20), 413, "body_too_large"),
+    ]
+    for body, status, what in cases:
+        got, _, raw = served.raw("POST", "/v1/chat/completions", body if isinstance(body, bytes) else body.encode())
+        err = json.loads(raw)["error"]
+        assert got == status, (body[:80], raw)
+        assert err["message"] and b"Traceback" not in raw
+        assert what is None or what in (err["code"], err["param"]), (what, err)
+    got, _, raw = served.raw("POST", "/v1/chat/completions", json.dumps({"model": m, "messages": msg}).encode(),
+                             {"Content-Type": "text/plain"})  # a web page's simple request
+    assert got == 415 and json.loads(raw)["error"]["code"] == "unsupported_media_type"
+    for method, path, status in (("GET", "/v1/nope", 404), ("GET", "/v1/chat/completions", 405)):
+        got, _, raw = served.raw(method, path)
+        assert got == status and json.loads(raw)["error"]["message"]
+    got, _, raw = served.raw("GET", "/health", headers={"Host": "evil.example:8080"})  # DNS rebinding
+    assert got == 400 and json.loads(raw)["error"]["code"] == "bad_host"
+    with pytest.raises(openai.NotFoundError) as e:
+        served.client().chat.completions.create(model="gpt-4o", messages=msg)
+    assert e.value.body["code"] == "model_not_found"
+    assert served.service.pending == 0
+
+
+def test_the_api_key_is_enforced(served: Served) -> None:
+    with pytest.raises(openai.AuthenticationError):
+        served.client(key="wrong").models.list()
+    for key in (None, "wrong"):
+        got, _, raw = served.raw("POST", "/v1/completions", b"{}", key=key)
+        assert got == 401 and json.loads(raw)["error"]["code"] == "invalid_api_key"
+
+
+def test_a_public_bind_needs_a_key(capsys: pytest.CaptureFixture) -> None:
+    assert main(["serve", "--host", "0.0.0.0", "--port", "0"]) == 2  # refused before any model loads
+    assert "without an API key" in capsys.readouterr().err
+    with pytest.raises(ServerConfigError):
+        ServerConfig(host="192.168.1.5").validate()
+    ServerConfig(host="0.0.0.0", api_key="k").validate()
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("example.com")
+    with pytest.raises(ServerConfigError, match="name the origin"):
+        ServerConfig(cors=["*"]).validate()
+
+
+def test_the_serve_command(served: Served) -> None:  # noqa: ARG001 - after the fixture: its calibration is cached
+    """`flashdesk serve` as a user runs it: a free port, the bundled pair, Ctrl-C stops it."""
+    cmd = [sys.executable, "-m", "app.cli", "serve", "--port", "0", "--threads", "1", "--ctx", str(N_CTX),
+           "--api-key", KEY]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=os.environ | {"PYTHONUNBUFFERED": "1"})
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
+    reader.start()
+    try:
+        def url() -> str | None:
+            found = [m.group(1) for line in list(lines) if (m := re.search(r"on (http://\S+)/v1", line))]
+            return found[0] if found else None
+
+        wait_for(lambda: url() is not None or proc.poll() is not None, timeout=300)
+        assert url(), lines
+        client = openai.OpenAI(base_url=f"{url()}/v1", api_key=KEY, max_retries=0, timeout=WAIT_S)
+        model = client.models.list().data[0].id
+        done = client.completions.create(model=model, prompt="def add(a, b):", max_tokens=4, temperature=0)
+        assert done.usage.completion_tokens == 4 and done.timings["predicted_n"] == 4
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 130  # a clean stop by Ctrl-C (uvicorn passes the signal on, main says 130)
+        reader.join(10)
+        log = "".join(lines)
+        assert "completion: " in log and "tok/s" in log and "tau" in log  # the request's log line
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
