@@ -149,7 +149,7 @@ class MainWindow(QMainWindow):
         vm.addAction(self.colour_action)
         self.tools_menu = self.menuBar().addMenu("&Tools")
         self.split_plan = SplitPlanTool(self.controller, self.model_panel, self)
-        self.tools = ToolPanels(self, self.tools_menu, self.documents_db, self.split_plan)
+        self.tools = ToolPanels(self, self.tools_menu, self.documents_db, self.split_plan, self.controller)
 
     # --- wiring ---------------------------------------------------------------
     def _wire(self) -> None:
@@ -473,6 +473,6 @@ class MainWindow(QMainWindow):
         self.store.set_setting(K_GEOMETRY, bytes(self.saveGeometry().toHex()).decode())
         self.store.set_setting(K_SPLITTER, bytes(self.splitter.saveState().toHex()).decode())
         self.store.set_setting(K_DRAFT_INPUT, self.input.toPlainText())
-        self.tools.shutdown()  # the documents panel's indexing thread joins now
+        self.tools.shutdown()  # the local server stops, the documents panel's indexing thread joins
         self.controller.shutdown()
         self.store.close()

@@ -1,5 +1,5 @@
-"""The Tools menu and what it opens: the model manager (a dialog), the GPU split plan and the
-documents panel (docks on the right).
+"""The Tools menu and what it opens: the model manager (a dialog), the GPU split plan, the
+documents panel and the local server (docks on the right).
 
 Each panel is made the first time it is opened, not with the window: the documents panel
 opens its index and resumes unfinished indexing in its own thread when it is made.
@@ -15,28 +15,36 @@ from PySide6.QtWidgets import QDockWidget, QMainWindow, QMenu, QWidget
 from app.ui.documents_panel import DocumentsPanel
 from app.ui.model_manager import ModelManagerDialog
 from app.ui.plan_view import PlanView
+from app.ui.server_panel import ServerPanel
 from app.ui.split_plan import SplitPlanTool
+from app.ui.worker import EngineController, WorkerExecutor
 
 MODEL_MANAGER = "Model manager…"
 SPLIT_PLAN = "GPU split plan"
 DOCUMENTS = "Documents"
+SERVER = "Local server (OpenAI API)"
 
 
 class ToolPanels(QObject):
     pairInstalled = Signal(str, str, str)  # entry id, target path, drafter path: a pair the model manager downloaded
     collectionsChanged = Signal(list)  # the documents index's collection names, for the chat's collection picker
 
-    def __init__(self, window: QMainWindow, menu: QMenu, documents_db: Path, split_plan: SplitPlanTool):
+    def __init__(self, window: QMainWindow, menu: QMenu, documents_db: Path, split_plan: SplitPlanTool,
+                 engine: EngineController):
         super().__init__(window)
         self._window = window
         self._documents_db = documents_db  # the index the chats retrieve from
         self._split_plan = split_plan
+        self._engine = engine  # the local server generates on the app's loaded pair, in its worker
         self.plan_dock: QDockWidget | None = None
         self.documents_dock: QDockWidget | None = None
         self.documents_panel: DocumentsPanel | None = None
+        self.server_dock: QDockWidget | None = None
+        self.server_panel: ServerPanel | None = None
         menu.addAction(MODEL_MANAGER).triggered.connect(self.open_model_manager)
         menu.addAction(SPLIT_PLAN).triggered.connect(self.open_split_plan)
         menu.addAction(DOCUMENTS).triggered.connect(self.open_documents)
+        menu.addAction(SERVER).triggered.connect(self.open_server)
 
     def open_model_manager(self) -> ModelManagerDialog:
         """A new dialog each time; a pair it downloads comes out as pairInstalled."""
@@ -66,8 +74,18 @@ class ToolPanels(QObject):
         self._raise(self.documents_dock)
         return self.documents_dock
 
+    def open_server(self) -> QDockWidget:
+        if self.server_dock is None:
+            self.server_panel = ServerPanel(WorkerExecutor(self._engine))
+            self.server_dock = self._add_dock(SERVER, self.server_panel)
+        self._raise(self.server_dock)
+        return self.server_dock
+
     def shutdown(self) -> None:
-        """Join the documents panel's indexing thread (the other panels own no thread)."""
+        """Stop the local server (before the engine worker goes) and join the documents panel's
+        indexing thread (the other panels own no thread)."""
+        if self.server_panel is not None:
+            self.server_panel.shutdown()
         if self.documents_panel is not None:
             self.documents_panel.shutdown()
 

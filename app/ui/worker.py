@@ -6,6 +6,10 @@ through queued signals; whatever loads native libraries or probes devices
 runs here too. Stop is a threading.Event per request, set directly from the
 UI thread, because the worker is busy inside the decode loop and only checks
 the event between steps.
+
+The local server (app.server) runs its generations here too, on the loaded
+pair: WorkerExecutor queues each job into this thread (run_job), behind or
+ahead of the chat's replies, so one thread alone ever touches the engine.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from app.errors import FlashDeskError
+from app.server.service import Job, ServedModel, model_id_of
 from app.session.chat_session import ChatSession
 from app.session.documents import ChatDocuments
 from app.session.models import ModelSpec, bundled_spec, check_spec, gpu_available, load_engine, plan_for
@@ -70,6 +75,8 @@ class EngineWorker(QObject):
         self._store: Store | None = None
         self._engine = None
         self._session: ChatSession | None = None
+        # the id the local server names the loaded model by; read from the server's thread
+        self.served_model_id: str | None = None
 
     def _the_store(self) -> Store:
         if self._store is None:  # opened in the worker thread: sqlite connections stay in their thread
@@ -104,6 +111,7 @@ class EngineWorker(QObject):
             return
         self._engine = engine
         self._session = ChatSession(engine, self._the_store(), documents=ChatDocuments(self._documents_db))
+        self.served_model_id = model_id_of(spec.target)
         self.loaded.emit(ModelInfo(spec, self._session.model_label, engine.has_drafter,
                                    engine.block_size, self._session.format.name, engine.n_ctx))
         if req.calibrate and engine.has_drafter:
@@ -155,6 +163,12 @@ class EngineWorker(QObject):
         finally:
             self.replyEnded.emit(req.conversation_id)
 
+    @Slot(object)
+    def run_job(self, job: Job) -> None:
+        """A local server's generation, on the loaded pair with the chat session's draft controller."""
+        session = self._session
+        job.run(lambda: ServedModel.for_session(session) if session is not None else None)
+
     @Slot()
     def shutdown(self) -> None:
         self._close_engine()
@@ -164,6 +178,7 @@ class EngineWorker(QObject):
         QThread.currentThread().quit()
 
     def _close_engine(self) -> None:
+        self.served_model_id = None
         if self._session is not None:
             self._session.close()
         if self._engine is not None:
@@ -181,6 +196,7 @@ class EngineController(QObject):
     _shutdownRequested = Signal()
     _probeRequested = Signal()
     _planRequested = Signal(object)
+    _jobRequested = Signal(object)
 
     def __init__(self, db_path: Path, parent: QObject | None = None, documents_db: Path | None = None):
         super().__init__(parent)
@@ -194,6 +210,7 @@ class EngineController(QObject):
         self._shutdownRequested.connect(self.worker.shutdown)
         self._probeRequested.connect(self.worker.probe_devices)
         self._planRequested.connect(self.worker.plan)
+        self._jobRequested.connect(self.worker.run_job)
         self.current_reply: ReplyRequest | None = None
         self.current_load: LoadRequest | None = None
         self.thread.start()
@@ -224,6 +241,10 @@ class EngineController(QObject):
         if self.current_reply is not None:
             self.current_reply.cancel.set()
 
+    def submit_job(self, job: Job) -> None:
+        """Queue a local server's generation into the worker thread (callable from any thread)."""
+        self._jobRequested.emit(job)
+
     def shutdown(self, timeout_ms: int = 30000) -> None:
         """Stop everything, free the engine in its thread, and join the thread."""
         self.stop()
@@ -232,3 +253,17 @@ class EngineController(QObject):
         if self.thread.isRunning():
             self._shutdownRequested.emit()
             self.thread.wait(timeout_ms)
+
+
+class WorkerExecutor:
+    """The local server's EngineExecutor over the app's engine worker: the model the app has
+    loaded, its jobs run in the worker thread."""
+
+    def __init__(self, controller: EngineController):
+        self._controller = controller
+
+    def model_id(self) -> str | None:
+        return self._controller.worker.served_model_id
+
+    def submit(self, job: Job) -> None:
+        self._controller.submit_job(job)

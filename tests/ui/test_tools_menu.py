@@ -1,5 +1,6 @@
-"""The Tools menu: the model manager, the GPU split plan and the documents panel, each opened on
-demand and wired to the window; the plan is made in the engine worker's thread."""
+"""The Tools menu: the model manager, the GPU split plan, the documents panel and the local server,
+each opened on demand and wired to the window; the plan is made in the engine worker's thread
+(the server panel's own tests: test_server_panel.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from PySide6.QtCore import Qt
 from app.ui.main_window import MainWindow
 from app.ui.model_manager import ModelManagerDialog
 from app.ui.plan_view import PlanView
-from app.ui.tool_panels import DOCUMENTS, MODEL_MANAGER, SPLIT_PLAN
+from app.ui.tool_panels import DOCUMENTS, MODEL_MANAGER, SERVER, SPLIT_PLAN
 from tests.ui.conftest import LOAD_TIMEOUT_MS
 
 
@@ -30,10 +31,11 @@ def _action(w: MainWindow, text: str):  # noqa: ANN202 - a QAction
     return next(a for a in w.tools_menu.actions() if a.text() == text)
 
 
-def test_tools_menu_lists_the_three_panels(window: MainWindow):
-    assert [a.text() for a in window.tools_menu.actions()] == [MODEL_MANAGER, SPLIT_PLAN, DOCUMENTS]
+def test_tools_menu_lists_the_four_panels(window: MainWindow):
+    assert [a.text() for a in window.tools_menu.actions()] == [MODEL_MANAGER, SPLIT_PLAN, DOCUMENTS, SERVER]
     assert window.tools_menu.menuAction().isVisible()
     assert window.tools.plan_dock is None and window.tools.documents_dock is None  # made when first opened
+    assert window.tools.server_dock is None
 
 
 def test_a_pair_the_model_manager_installed_is_offered_in_the_model_tab(window: MainWindow):
