@@ -118,8 +118,8 @@ class ServerPanel(QWidget):
             return
         server.service.add_listener(lambda record: self._from_engine(server, record))
         self._server = server
-        self.status.setText(f"Serving {self.executor.model_id() or 'no model yet (requests get 503)'}"
-                            f"{' (API key required)' if config.api_key else ''}.")
+        # the model is whichever the app has loaded at each request (none: 503), so the text names none
+        self.status.setText(f"Serving the model the app has loaded{', API key required' if config.api_key else ''}.")
 
     def _stop(self) -> None:
         server, self._server = self._server, None
