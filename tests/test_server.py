@@ -333,3 +333,18 @@ def test_the_serve_command(served: Served) -> None:  # noqa: ARG001 - after the 
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_serve_bench_on_a_tiny_run(capsys: pytest.CaptureFixture) -> None:
+    """The measurement the owner runs on a quiet machine, here only as small as it gets."""
+    assert main(["serve-bench", "--threads", "1", "--ctx", str(N_CTX), "--max-tokens", "8", "--repeats", "2",
+                 "--warmup", "0"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["draft_mode"] == SERVED_MODE and out["run"]["git_commit"]
+    assert sorted(r["arm"] for r in out["runs"]) == sorted(["direct", "server", "server-stream", "direct-again"] * 2)
+    s = out["summary"]
+    for arm in ("server", "server-stream", "direct-again"):
+        assert s[arm]["tokens_per_s"] > 0 and s[arm]["vs_direct"] > 0 and s[arm]["ttft_ms"] > 0
+    assert s["noise_band"] == s["direct-again"]["vs_direct_p10_p90"]
+    assert "stream_overhead_ms_per_chunk" in s and s["stream_chunks"] > 0
+    assert s["same_text"]  # greedy: every arm wrote the same reply

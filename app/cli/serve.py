@@ -22,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST}; any other "
                                                          f"needs --api-key)")
     s.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}; 0: any free port")
-    s.add_argument("--api-key", default=os.environ.get(KEY_ENV),
+    s.add_argument("--api-key", default=os.environ.get(KEY_ENV) or None,
                    help=f"clients must send Authorization: Bearer KEY (default: ${KEY_ENV}, else none)")
     s.add_argument("--cors", action="append", default=[], metavar="ORIGIN",
                    help="let web pages from ORIGIN call the server (repeatable; none by default)")

@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 from app.bench.info import run_info
 from app.chat.format import ChatMessage
 from app.engine.dflash import Engine
+from app.engine.draft_policy import DraftPolicy
 from app.engine.params import GenerationParams
 from app.server.config import ServerConfig
 from app.server.runner import BackgroundServer
@@ -30,7 +31,7 @@ ARMS = ("direct", "server", "server-stream", "direct-again")
 DEFAULT_PROMPT = "Write a Python function that checks whether a string is a palindrome, and explain it."
 
 
-def bench(engine: Engine, policy: object, prompt: str, max_tokens: int = 128, repeats: int = 5,
+def bench(engine: Engine, policy: DraftPolicy, prompt: str, max_tokens: int = 128, repeats: int = 5,
           warmup: int = 1, raw: bool = False, log: Callable[[str], None] | None = None) -> dict:
     """Every arm `repeats` times (after `warmup` untimed rounds); `policy` (the hybrid controller)
     serves every arm, as one server keeps one for its life."""
@@ -67,7 +68,7 @@ def bench(engine: Engine, policy: object, prompt: str, max_tokens: int = 128, re
             "summary": summarize(runs), "runs": runs}
 
 
-def _direct(engine: Engine, policy: object, text: str, stop: list[str], max_tokens: int) -> dict:
+def _direct(engine: Engine, policy: DraftPolicy, text: str, stop: list[str], max_tokens: int) -> dict:
     """Engine.complete as `flashdesk generate` runs it (tokenizing included, as the server does)."""
     first: list[float] = []
     t0 = time.perf_counter()

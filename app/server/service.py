@@ -231,13 +231,15 @@ class Job:
         tokens: list[int] = []
         parts: list[str] = []
         ev = None
-        for ev in events:
-            tokens += ev.tokens
-            if ev.text:
-                parts.append(ev.text)
-                self.send(Piece(ev.text))
+        try:
+            for ev in events:
+                tokens += ev.tokens
+                if ev.text:
+                    parts.append(ev.text)
+                    self.send(Piece(ev.text))
+        finally:
+            _forget_history(model.policy)
         assert ev is not None  # generate yields at least the final event
-        _forget_history(model.policy)
         self._finish(ev.stats, ev.finish_reason or FINISH_CANCELLED, "".join(parts), tokens)
 
     def _finish(self, st: GenerationStats, reason: str, text: str, tokens: list[int]) -> None:
