@@ -9,6 +9,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -213,6 +214,20 @@ def test_a_client_that_disconnects_mid_stream_cancels_its_generation(served: Ser
     assert served.service.pending == 0
     after = ask(client, served.model, max_tokens=4)  # the next request is served
     assert after.usage.completion_tokens == 4
+
+    # a client waiting for a whole reply that hangs up: noticed while the reply is generated
+    n_before = len(served.service.records)
+    body = json.dumps({"model": served.model, "prompt": COUNTING, "max_tokens": 400, "temperature": 0}).encode()
+    u = urlsplit(served.url)
+    with socket.create_connection((u.hostname, u.port)) as sock:
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     b"Authorization: Bearer " + KEY.encode() + b"\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        wait_for(lambda: served.service.pending == 1)
+        time.sleep(0.3)  # a few steps in
+    wait_for(lambda: len(served.service.records) > n_before)
+    gone = served.service.records[-1]
+    assert gone.finish_reason == "cancelled" and gone.completion_tokens < 400
+    assert ask(client, served.model, max_tokens=4).usage.completion_tokens == 4
 
 
 def test_concurrent_clients_are_served_one_after_the_other_and_a_full_queue_gets_429(served: Served) -> None:

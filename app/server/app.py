@@ -101,8 +101,9 @@ async def _generate(request: Request, service: GenerationService, config: Server
     loop = asyncio.get_running_loop()
     job = service.submit(req, lambda item: loop.call_soon_threadsafe(inbox.put_nowait, item))
     streaming = False
+    client = _Client(request)
     try:
-        first = await _next_or_gone(request, inbox)  # Started once the prompt fits (or Failed)
+        first = await client.next(inbox)  # Started once the prompt fits (or Failed)
         if first is None:
             return Response(status_code=499)  # the client left while waiting: nobody reads this
         if isinstance(first, Failed):
@@ -113,7 +114,7 @@ async def _generate(request: Request, service: GenerationService, config: Server
             streaming = True
             return JobStream(job, _events(reply, inbox, req.include_usage))
         while True:
-            item = await _next_or_gone(request, inbox)
+            item = await client.next(inbox)
             if item is None:
                 return Response(status_code=499)
             if isinstance(item, Failed):
@@ -125,16 +126,26 @@ async def _generate(request: Request, service: GenerationService, config: Server
             job.abandon()
 
 
-async def _next_or_gone(request: Request, inbox: asyncio.Queue) -> object | None:
-    """The job's next report, or None once the client has disconnected."""
-    get = asyncio.ensure_future(inbox.get())
-    while True:
-        done, _ = await asyncio.wait({get}, timeout=DISCONNECT_POLL_S)
-        if done:
-            return get.result()
-        if await request.is_disconnected():
-            get.cancel()
-            return None
+class _Client:
+    """Watches whether the client is still there while the handler waits for its job's reports."""
+
+    def __init__(self, request: Request):
+        self._request = request
+        self._next_check = time.monotonic() + DISCONNECT_POLL_S
+
+    async def next(self, inbox: asyncio.Queue) -> object | None:
+        """The job's next report, or None once the client has disconnected (checked every
+        DISCONNECT_POLL_S, whether reports come fast, as a reply's steps do, or not at all)."""
+        get = asyncio.ensure_future(inbox.get())
+        while True:
+            done, _ = await asyncio.wait({get}, timeout=max(0.0, self._next_check - time.monotonic()))
+            if time.monotonic() >= self._next_check:
+                self._next_check = time.monotonic() + DISCONNECT_POLL_S
+                if await self._request.is_disconnected():
+                    get.cancel()
+                    return None
+            if done:
+                return get.result()
 
 
 async def _events(reply: Reply, inbox: asyncio.Queue, include_usage: bool):  # noqa: ANN202 - an async generator

@@ -25,6 +25,7 @@ def bind(host: str, port: int) -> socket.socket:
         infos = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM)
     except OSError as e:
         raise ServerConfigError(f"cannot resolve {host}: {e}") from None
+    infos.sort(key=lambda info: info[0] != socket.AF_INET)  # "localhost": 127.0.0.1, as clients try first
     family, kind, proto, _, addr = infos[0]
     # proto must say TCP: asyncio sets TCP_NODELAY on accepted sockets only then, and without it a
     # response written in two parts waits for the client's delayed ACK (40 ms per request)
