@@ -24,8 +24,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-QUESTIONS = ["What is the capital of France?",
-             "Write a Python function that returns the n-th Fibonacci number, with a docstring."]
+QUESTIONS = ["Explain what a hash table is.",
+             "Write a Python function that checks whether a string is a palindrome."]
 
 
 def start_xvfb(size: str = "1600x1000x24") -> subprocess.Popen | None:
@@ -68,7 +68,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(REPO / "docs" / "screenshot.png"))
     ap.add_argument("--drafter", help="drafter GGUF (default: the bundled one, else a random one)")
-    ap.add_argument("--draft-length", default="4", help="auto or 1..15 (default 4)")
+    ap.add_argument("--draft-length", default="auto", help="auto (the app's default) or 1..15")
     ap.add_argument("--after-steps", type=int, default=10, help="grab after this many steps of the 2nd reply")
     ap.add_argument("--max-tokens", type=int, default=160)
     ap.add_argument("--threads", type=int, default=0, help="llama.cpp threads (0: all cores)")

@@ -1,11 +1,14 @@
-"""`flashdesk bench`: plain decoding against DFlash, side by side in one process.
+"""`flashdesk bench`: plain decoding against the draft modes, side by side in one process.
 
 For each prompt the modes run back to back in an order that rotates from
 prompt to prompt (so drift on a noisy machine hits every mode alike), each
 from empty caches. Speculative outputs are checked against plain decoding:
 `identical` (same greedy tokens) and `lossless` (the teacher-forced check,
-DESIGN.md). Results are ratios first: speedup = tokens/s of the mode over
-tokens/s of plain decoding on the same prompt.
+app.engine.lossless). The plain output itself is checked once per prompt; a
+mode whose output is identical to it passes by that check (`lossless_by`:
+"plain"), any other output is checked on its own. Results are ratios first:
+speedup = tokens/s of the mode over tokens/s of plain decoding on the same
+prompt.
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ def run_mode(engine: Engine, tokens: list[int], mode: str, max_tokens: int, draf
         policies[mode] = policy_for_mode(engine, "plain" if mode.startswith("plain") else mode, draft_max)
     policy = policies[mode]
     if isinstance(policy, DraftController):
-        policy.history, policy.predicted_step_s = [], []
+        policy.record, policy.history, policy.predicted_step_s = True, [], []
     params = GenerationParams(max_tokens=max_tokens, temperature=0.0, stop=stop,
                               speculative=not mode.startswith("plain"), draft_max=draft_max)
     done = engine.complete(tokens, params, policy=policy)
@@ -150,6 +153,9 @@ def bench(engine: Engine, prompts: list[BenchPrompt], modes: list[str], max_toke
         res = {m: run_mode(engine, tokens, m, max_tokens, draft_max, stop, policies) for m in order}
         plain = res["plain"]
         row = {"id": bp.id, "category": bp.category, "n_prompt": len(tokens), "modes": {}}
+        plain_check = _lossless(engine, tokens, plain["tokens"], "self") if check else None
+        if plain_check:
+            row["plain_lossless"] = plain_check
         for m in modes:
             r = res[m]
             entry = dict(r)  # tokens and text kept: the checks can be re-run from the file
@@ -157,9 +163,8 @@ def bench(engine: Engine, prompts: list[BenchPrompt], modes: list[str], max_toke
                 entry["speedup"] = r["tokens_per_s"] / plain["tokens_per_s"] if plain["tokens_per_s"] else 0.0
                 entry["identical"] = r["tokens"] == plain["tokens"]
                 if check and m != "plain-again":
-                    rep = check_lossless(engine, tokens, r["tokens"])
-                    entry.update(lossless=rep.lossless, near_ties=rep.near_ties,
-                                 hard_mismatches=rep.hard_mismatches)
+                    entry.update(plain_check | {"lossless_by": "plain"} if entry["identical"]
+                                 else _lossless(engine, tokens, r["tokens"], "own"))
             row["modes"][m] = entry
         rows.append(row)
         if progress:
@@ -172,6 +177,12 @@ def bench(engine: Engine, prompts: list[BenchPrompt], modes: list[str], max_toke
         if partial and i + 1 < len(prompts):
             partial(result(rows) | {"complete": False})
     return result(rows)
+
+
+def _lossless(engine: Engine, tokens: list[int], output: list[int], by: str) -> dict:
+    rep = check_lossless(engine, tokens, output)
+    return {"lossless": rep.lossless, "near_ties": rep.near_ties, "hard_mismatches": rep.hard_mismatches,
+            "lossless_by": by}
 
 
 def _median(xs: list[float]) -> float:

@@ -1,4 +1,4 @@
-"""The measuring subcommands: `flashdesk bench`, `verify-cost`, `calibrate` and `prompts`."""
+"""The measuring subcommands: `flashdesk bench`, `verify-cost`, `near-ties`, `calibrate` and `prompts`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from app.bench import plot, prompt_sets, runner, verify_cost
+from app.bench import near_ties, plot, prompt_sets, runner, verify_cost
 from app.bundled import default_target
 from app.cli.common import add_model_args, open_engine
 from app.engine.calibration import calibrate
@@ -36,6 +36,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     v.add_argument("--json", help="also write the result to this file")
     v.add_argument("--plot", help="also draw it to this PNG")
     v.set_defaults(func=cmd_verify_cost)
+
+    nt = sub.add_parser("near-ties", help="how far verify-pass logits move from single-token decoding (JSON)")
+    nt.add_argument("--target", help="target GGUF (default: the bundled Gemma 3 270M)")
+    nt.add_argument("--prompts", help="JSONL prompt file (default: the first 4 HumanEval prompts)")
+    nt.add_argument("--limit", type=int, default=4, help="prompts to use (default 4)")
+    nt.add_argument("--sizes", default="2,3,4,6,8,12,16", help="verify sizes n (default 2,3,4,6,8,12,16)")
+    nt.add_argument("--tokens", type=int, default=128, help="greedy tokens per prompt (default 128)")
+    nt.add_argument("--threads", type=int, default=0)
+    nt.add_argument("--compare-stock", action="store_true", help="also with llama.cpp's stock CPU kernels")
+    nt.add_argument("--json", help="also write the result to this file")
+    nt.set_defaults(func=cmd_near_ties)
 
     c = sub.add_parser("calibrate", help="the cost model of speculation for this pair, measured in the loop (JSON)")
     add_model_args(c)
@@ -99,6 +110,22 @@ def cmd_verify_cost(args: argparse.Namespace) -> int:
         Path(args.json).write_text(text + "\n")
     if args.plot:
         plot.plot_verify_cost(out, args.plot)
+    print(text)
+    return 0
+
+
+def cmd_near_ties(args: argparse.Namespace) -> int:
+    target = Path(args.target) if args.target else default_target()
+    if args.prompts:
+        rows = prompt_sets.load_prompts(args.prompts, args.limit)
+        texts = [bp.prompt for bp in rows]
+    else:
+        texts = [r["prompt"] for r in prompt_sets.humaneval_prompts()[:args.limit]]
+    out = near_ties.run(target, texts, [int(x) for x in args.sizes.split(",")], args.tokens, args.compare_stock,
+                        args.threads)
+    text = json.dumps(out, indent=2)
+    if args.json:
+        Path(args.json).write_text(text + "\n")
     print(text)
     return 0
 

@@ -170,8 +170,11 @@ def _run(engine: Engine, choices: list[Choice], steps: int) -> list[tuple[int, S
     """The timings of `steps` steps making `choices` in turn (greedy, from the calibration prompt)."""
     rec = _Recorder(choices, steps)
     n_max = max(c.k for c in choices) + 1
-    params = GenerationParams(max_tokens=steps * n_max, draft_max=n_max - 1, speculative=n_max > 1)
-    for attempt in range(3):  # a generation that ends early (EOS) is continued from another prompt
+    # at most half the context per generation (a small context would not hold steps * n_max tokens):
+    # a generation that ends early (EOS, or out of room) is continued from another prompt
+    max_tokens = max(n_max + 1, min(steps * n_max, engine.n_ctx // 2))
+    params = GenerationParams(max_tokens=max_tokens, draft_max=n_max - 1, speculative=n_max > 1)
+    for attempt in range(16):
         prompt = _calibration_prompt(engine, attempt, params.max_tokens + 1)
         engine.complete(prompt, params, cancel=rec.stop, policy=rec, draft_override=_junk_drafts)
         if rec.stop.is_set():
@@ -225,8 +228,9 @@ def measure(engine: Engine, rounds: int = 4, steps: int = 8) -> CostModel:
     if engine.has_drafter and inject:
         # per row: the difference of two sizes timed alone; per call: what the loop's calls took beyond
         # their row (in the loop the drafter's graph alternates between injection and drafting)
-        one, many = engine.time_injection(1), engine.time_injection(INJECT_ROWS)
-        cm.inject_row_s = max(0.0, (many - one) / (INJECT_ROWS - 1))
+        rows = min(INJECT_ROWS, engine.n_ctx // 2)  # a small context holds fewer
+        one, many = engine.time_injection(1), engine.time_injection(rows)
+        cm.inject_row_s = max(0.0, (many - one) / (rows - 1))
         cm.inject_call_s = max(0.0, float(np.median(inject)) - cm.inject_row_s)
     engine.reset()
     cm.measured_at = time.time()

@@ -73,8 +73,10 @@ class DraftController:
         self._probing = False
         self._last_n = 1  # verify size of the step before (a different size rebuilds the graph)
         self._last_match = 0  # match length n of the lookup draft being verified
+        # with `record` (the bench): each choice, and the step time the cost model expected for it
+        self.record = False
         self.history: list[Choice] = []
-        self.predicted_step_s: list[float] = []  # the step time the cost model expected for each choice
+        self.predicted_step_s: list[float] = []
         # draft confidence: acceptance given the drafter's own probability, per bin
         self.uses_confidence = use_confidence
         self.conf_tried = np.full(len(CONF_BINS) - 1, 1.0)
@@ -120,8 +122,9 @@ class DraftController:
         else:
             self._plain_streak = 0
         self._last_match = step.lookup.n if choice.source == LOOKUP and step.lookup is not None else 0
-        self.history.append(choice)
-        self.predicted_step_s.append(t)
+        if self.record:
+            self.history.append(choice)
+            self.predicted_step_s.append(t)
         return choice
 
     def truncate(self, conf: np.ndarray) -> int:

@@ -182,6 +182,11 @@ class Engine:
         assert ev is not None  # generate yields at least the final event
         return Completion(tokens, "".join(parts), ev.stats, ev.finish_reason)
 
+    def check_room(self, n_prompt: int, max_tokens: int) -> None:
+        """ContextOverflow unless a prompt this long and a reply this long fit the context."""
+        if n_prompt + max_tokens > self.n_ctx:
+            raise ContextOverflow(n_prompt, max_tokens, self.n_ctx)
+
     def generate(self, prompt: list[int], params: GenerationParams | None = None,
                  cancel: threading.Event | None = None, policy: DraftPolicy | None = None,
                  draft_override: DraftOverride | None = None) -> Iterator[GenerationEvent]:
@@ -190,8 +195,7 @@ class Engine:
         params.validate()
         if not prompt:
             raise ValueError("the prompt is empty")
-        if len(prompt) + params.max_tokens > self.n_ctx:
-            raise ContextOverflow(len(prompt), params.max_tokens, self.n_ctx)
+        self.check_room(len(prompt), params.max_tokens)
         if policy is None:
             # upstream's loop: the drafter's block (or draft_max) every step; plain without a drafter
             k_max = self.block_size - 1 if params.draft_max is None else params.draft_max

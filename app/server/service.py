@@ -219,9 +219,7 @@ class Job:
         prompt = engine.tokenize(text)
         max_tokens = req.max_tokens
         if max_tokens is None:  # not asked: up to the server's limit, within the context
-            max_tokens = min(self._service.max_tokens, engine.n_ctx - len(prompt))
-            if max_tokens < 1:
-                raise ContextOverflow(len(prompt), 1, engine.n_ctx)
+            max_tokens = max(1, min(self._service.max_tokens, engine.n_ctx - len(prompt)))
         seed = secrets.randbits(32) if req.seed is None else req.seed % (1 << 64)
         params = GenerationParams(max_tokens=max_tokens, temperature=req.temperature, top_k=req.top_k,
                                   top_p=req.top_p, min_p=req.min_p, seed=seed, stop=stop)

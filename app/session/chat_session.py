@@ -127,6 +127,7 @@ class ChatSession:
             text = self.format.render(messages)
         sources = [s.to_dict() for s in grounded.sources] if grounded else []
         prompt = self.engine.tokenize(text)
+        self.engine.check_room(len(prompt), params.max_tokens)  # before a first reply's calibration
         policy = policy or self.policy_for(params)
         before = RunningTotals()
         for m in self.store.messages(conv_id):
