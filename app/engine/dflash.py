@@ -267,29 +267,41 @@ class Engine:
                 st.t_lookup_s += time.perf_counter() - t_lk
                 n_past += len(emitted)
                 anchor = emitted[-1]
-                n_out += len(emitted)
+                text, n_reply = self._push_text(stream, emitted)
+                n_out += n_reply
                 t_now = time.perf_counter()
-                st.record_step(choice.source, choice.k, n_acc, len(emitted), t_now - t_step)
+                st.record_step(choice.source, choice.k, n_acc, n_reply, t_now - t_step)
                 st.t_decode_s = t_now - t_loop
                 st.t_total_s = t_now - t_start
                 policy.observe(choice, n_acc, StepTiming(
                     draft_s=st.t_draft_s - before[0], verify_s=st.t_verify_s - before[1],
                     inject_s=st.t_inject_s - before[2], step_s=t_now - t_step))
-                eog = self.target.is_eog(anchor)
-                visible = [t for t in emitted if not self.target.is_eog(t)]
-                text = stream.push(visible)
-                if eog or stream.stopped:
+                if self.target.is_eog(anchor) or stream.stopped:
                     finish = FINISH_STOP
                 elif n_out >= params.max_tokens:
                     finish = FINISH_LENGTH
                 if finish is not None:
                     text += stream.finish()
-                yield GenerationEvent(text, emitted, [True] * n_acc + [False], st, finish, choice.source)
+                yield GenerationEvent(text, emitted[:n_reply], ([True] * n_acc + [False])[:n_reply], st, finish,
+                                      choice.source)
         except BaseException:
             # an error or an abandoned generator leaves caches we cannot vouch for
             if finish is None:
                 self.reset()
             raise
+
+    def _push_text(self, stream: TextStream, emitted: list[int]) -> tuple[str, int]:
+        """The step's text and how many of its tokens belong to the reply: pushed one at a time, so
+        that a stop string ends the reply at the token completing it, as in plain decoding (tokens
+        verified after it stay in the cache, not in the reply); an end-of-generation token counts
+        but shows no text."""
+        text = ""
+        for i, t in enumerate(emitted):
+            if not self.target.is_eog(t):
+                text += stream.push([t])
+            if stream.stopped:
+                return text, i + 1
+        return text, len(emitted)
 
     def _choose(self, policy: DraftPolicy, room: int, st: GenerationStats) -> tuple[Choice, LookupMatch | None]:
         """Ask the policy, showing it what this step could draft from (and the lookup's match);
