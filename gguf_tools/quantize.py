@@ -7,7 +7,7 @@
 while the rest goes to `--type`: `fc` (the projection of the target's hidden
 states that every drafter layer reads) and attention K/V (computed from that
 context for every block). Community drafters lose much of their acceptance at
-plain Q4 (reference/dflash.md section 5); `flashdesk` measures the cost with
+plain Q4 (docs/design.md, section 5); `flashdesk` measures the cost with
 `python -m app.distill.quant_tau` (one JSON line per variant).
 
 The output appears atomically (quantized beside it, then renamed).

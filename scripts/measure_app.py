@@ -8,7 +8,7 @@
 
     python scripts/measure_app.py [--target T] [--drafter D] [--draft-max 4] [--max-tokens 64]
 
-Timings are only meaningful on a quiet machine (DESIGN.md: another job on the second core
+Timings are only meaningful on a quiet machine (docs/design.md, section 6: another job on the second core
 makes them worthless); the load average at the start and end is reported with them.
 """
 

@@ -69,7 +69,7 @@ def test_speculative_greedy_is_bit_identical_to_plain(gemma_target: Path) -> Non
     greedy speculative output equals plain decoding token for token, whatever the drafts:
     the bundled drafter's, all-correct ones (every block accepted) and ones with a wrong
     token in most blocks (rollbacks). 600 tokens: past Gemma's 512-token sliding window.
-    With llama.cpp's stock kernels this fails within a few tokens (DESIGN.md)."""
+    With llama.cpp's stock kernels this fails within a few tokens (docs/design.md, section 3)."""
     e = Engine(gemma_target, default_drafter(), EngineConfig(n_ctx=2048))
     try:
         prompt = e.tokenize(STORY)

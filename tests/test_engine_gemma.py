@@ -2,7 +2,7 @@
 
 Batched and single-token kernels round differently on quantized models, so
 identity with plain decoding is not the bar here; the teacher-forced check
-is (DESIGN.md): every greedy token is the single-token argmax or within the
+is (docs/design.md, section 3): every greedy token is the single-token argmax or within the
 near-tie margin of it, and the check itself rejects a corrupted output."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Write a trained drafter as a `dflash` GGUF that the patched llama.cpp loads.
 
-Keys and tensor names: reference/llamacpp-dflash.md section 3. The drafter
+Keys and tensor names: docs/design.md, section 2. The drafter
 carries its own copy of the target's tokenizer and sets
 tokenizer.ggml.mask_token_id (Gemma's GGUF has `<mask>` at id 4 but no key).
 With a reduced draft vocabulary it ships its own head (`output.weight`, the

@@ -1,5 +1,5 @@
 """Training a DFlash drafter on self-distilled data (the published recipe,
-reference/dflash.md section 3, plus what a CPU budget needs).
+docs/design.md, section 4, plus what a CPU budget needs).
 
 - Random anchors in each response, re-drawn every epoch; a block sees the
   context strictly before its anchor and itself, never other blocks.

@@ -1,6 +1,6 @@
 """The DFlash decode loop: a target model, an optional DFlash drafter.
 
-One step (reference/llamacpp-dflash.md, section 1):
+One step (docs/design.md, section 1):
   draft   the drafter decodes [anchor, MASK x k] in one pass; its argmax at
           block positions 1..k are the drafts; the block's K/V is then trimmed
   verify  the target decodes [anchor, d0..d(k-1)] in one pass

@@ -1,4 +1,4 @@
-"""The teacher-forced losslessness check (DESIGN.md, "What lossless can mean").
+"""The teacher-forced losslessness check (docs/design.md, section 3, "What lossless can mean").
 
 llama.cpp's batched and single-token kernels round differently, so a correct
 speculative run on a quantized model is not token-identical to plain
