@@ -141,6 +141,20 @@ def test_a_long_lookup_match_beats_a_short_one() -> None:
     assert best(p, short_m) == Choice(PLAIN, 0)
 
 
+def test_dflash_acceptance_is_learned_apart_where_the_lookup_has_nothing() -> None:
+    """A drafter right where the text repeats (the lookup has a match, but a wrong one) and wrong
+    where it has none is drafted from at the matches only; plain decoding elsewhere."""
+    p = DraftController(cpu_costs(draft_ms=1.0), refresh_costs=False)
+    matched = StepInfo(LookupMatch(1, (1,) * 8), has_drafter=True)
+    unmatched = StepInfo(None, has_drafter=True)
+    for _ in range(100):
+        for step, dflash_right in ((matched, True), (unmatched, False)):
+            c = p.choose(step)
+            p.observe(c, c.k if c.source == DFLASH and dflash_right else 0, StepTiming())
+    assert best(p, matched).source == DFLASH
+    assert best(p, unmatched) == Choice(PLAIN, 0)
+
+
 @pytest.mark.parametrize("right", [LOOKUP, DFLASH])
 def test_picks_the_source_that_is_right(right: str) -> None:
     p = DraftController(cpu_costs(draft_ms=1.0), refresh_costs=False)

@@ -61,7 +61,13 @@ class DraftController:
         n_max = len(cost.verify_s) - 2  # the longest draft the costs cover
         self.dflash_k_max = max(0, min(dflash_k_max, n_max, len(cost.draft_s) - 1)) if DFLASH in sources else 0
         self.lookup_k_max = max(0, min(lookup_k_max, n_max)) if LOOKUP in sources else 0
+        # DFlash's acceptance; in the hybrid, apart where the lookup has a match and where it has none:
+        # text that repeats is easier for the drafter too, and where nothing repeats a DFlash step
+        # must earn its drafter pass on its own
         self.dflash = AcceptanceModel(self.dflash_k_max, DFLASH_PRIOR, prior_weight, decay)
+        self.dflash_unmatched = (AcceptanceModel(self.dflash_k_max, DFLASH_PRIOR, prior_weight, decay)
+                                 if LOOKUP in self.sources else self.dflash)
+        self._last_dflash = self.dflash  # the model of the step being verified
         self.lookup = [AcceptanceModel(self.lookup_k_max, LOOKUP_PRIOR[min(n, len(LOOKUP_PRIOR) - 1)],
                                        prior_weight, decay) for n in range(DEFAULT_MAX_N + 1)]
         self.probe_every = probe_every
@@ -99,7 +105,7 @@ class DraftController:
             t = c.step_times(False, e, self._last_n, False)
             out += [(e[k] / t[k], float(t[k]), Choice(LOOKUP, k)) for k in range(1, kk + 1)]
         if self.dflash_k_max and step.has_drafter:
-            e = self.dflash.expected()
+            e = self._dflash_model(step).expected()
             t = c.step_times(True, e, self._last_n, step.pending_rows > 0)
             out += [(e[k] / t[k], float(t[k]), Choice(DFLASH, k)) for k in range(1, self.dflash_k_max + 1)]
         return out
@@ -122,6 +128,7 @@ class DraftController:
         else:
             self._plain_streak = 0
         self._last_match = step.lookup.n if choice.source == LOOKUP and step.lookup is not None else 0
+        self._last_dflash = self._dflash_model(step)
         if self.record:
             self.history.append(choice)
             self.predicted_step_s.append(t)
@@ -145,7 +152,7 @@ class DraftController:
                 b = self._last_bins[:min(accepted + 1, k)]
                 np.add.at(self.conf_tried, b, 1.0)
                 np.add.at(self.conf_acc, b[:accepted], 1.0)
-            self.dflash.observe(k, accepted)
+            self._last_dflash.observe(k, accepted)
         elif choice.source == LOOKUP:
             self.lookup[min(self._last_match, DEFAULT_MAX_N)].observe(k, accepted)
         self._last_bins = None
@@ -161,11 +168,14 @@ class DraftController:
             self.cost.update(k + 1, timing.step_s - timing.draft_s - timing.inject_s,
                              k if choice.source == DFLASH else 0, timing.draft_s)
 
+    def _dflash_model(self, step: StepInfo) -> AcceptanceModel:
+        return self.dflash if step.lookup is not None else self.dflash_unmatched
+
     def _drafting_pays(self, source: str) -> bool:
         """Whether some draft of `source` now beats plain decoding (no switch cost counted)."""
         c = self.cost
         if source == DFLASH:
-            e = self.dflash.expected()
+            e = self._last_dflash.expected()
             t = c.step_times(True, e, None, True)
         else:
             e = self.lookup[min(self._last_match, DEFAULT_MAX_N)].expected()
