@@ -19,6 +19,7 @@ from gguf.constants import LlamaFileType
 
 from gguf_tools.errors import FlashDeskError
 from gguf_tools.reader import GGUFInfo, read_gguf
+from gguf_tools.validate import check_model
 
 _BLOCK = re.compile(r"^blk\.(\d+)\.")
 
@@ -61,7 +62,7 @@ def _layers(info: GGUFInfo) -> tuple[list[dict], dict[str, int]]:
 def _dflash(info: GGUFInfo) -> dict:
     mask = info.get("tokenizer.ggml.mask_token_id")
     n_tok = info.array_len("tokenizer.ggml.tokens") or 0
-    mask_text = info.get("tokenizer.ggml.tokens")[int(mask)] if mask is not None and 0 <= int(mask) < n_tok else None
+    mask_text = info.get("tokenizer.ggml.tokens")[mask] if isinstance(mask, int) and 0 <= mask < n_tok else None
     return {"target_layers": list(info.get("dflash.target_layers") or []),
             "block_size": int(info.get("dflash.block_size", 16)),
             "block_size_set": info.has("dflash.block_size"),
@@ -73,8 +74,9 @@ def _dflash(info: GGUFInfo) -> dict:
 
 
 def inspect_gguf(path: str | Path) -> dict:
-    """A JSON-ready description of a GGUF file; raises ModelLoadError naming the file."""
-    info = read_gguf(path)
+    """A JSON-ready description of a GGUF file; raises ModelLoadError naming the file, for a file
+    that cannot be read or whose metadata llama.cpp cannot load (gguf_tools.validate)."""
+    info = check_model(read_gguf(path))
     layers, other = _layers(info)
     n_tokens = info.array_len("tokenizer.ggml.tokens")
     out = {

@@ -14,8 +14,10 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from gguf_tools.errors import FlashDeskError, PairMismatch
+from gguf_tools import validate
+from gguf_tools.errors import FlashDeskError, PairMismatch, excerpt
 from gguf_tools.reader import GGUFInfo, read_gguf
+from gguf_tools.validate import MAX_BLOCK, MIN_BLOCK
 from native.lib import NativeBuildMissing, build_info
 
 
@@ -62,8 +64,7 @@ def tap_architectures() -> tuple[str, ...] | None:
         return None
 
 
-# block sizes the engine and llama.cpp's dflash graph handle (DFlash ships 10 and 16)
-MIN_BLOCK, MAX_BLOCK = 2, 64
+__all__ = ["MAX_BLOCK", "MIN_BLOCK", "PairCheck", "PairReport", "check_pair", "tap_architectures"]
 _TOKENIZER_KEYS = ("tokenizer.ggml.model", "tokenizer.ggml.pre")
 _TOKENIZER_ARRAYS = ("tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.token_type")
 
@@ -72,7 +73,7 @@ def _token_text(info: GGUFInfo, tid: int) -> str | None:
     n = info.array_len("tokenizer.ggml.tokens") or 0
     if not 0 <= tid < n:
         return None
-    return info.get("tokenizer.ggml.tokens")[tid]
+    return excerpt(info.get("tokenizer.ggml.tokens")[tid])
 
 
 def _check_tokenizer(t: GGUFInfo, d: GGUFInfo, add) -> None:  # noqa: ANN001 - list.append
@@ -112,15 +113,29 @@ def check_pair(target: str | Path, drafter: str | Path,
     rep = PairReport(str(t.path), str(d.path))
     add = rep.checks.append
 
+    # each file on its own first: values llama.cpp would assert on make every other check moot
+    t_bad = validate.model_problems(t)
+    add(PairCheck("target_metadata", not t_bad, f"the target's metadata is in range ({t.path.name})" if not t_bad
+                  else f"the target {t.path.name} cannot be loaded: " + "; ".join(map(str, t_bad[:4]))))
+    # the drafter's checks that have a pair check of their own are reported there
+    d_bad = [p for p in validate.model_problems(d)
+             if p.key not in ("dflash.block_size", "tokenizer.ggml.mask_token_id", "d2t", "fc.weight")]
+    add(PairCheck("drafter_metadata", not d_bad, f"the drafter's metadata is in range ({d.path.name})"
+                  if not d_bad else f"the drafter {d.path.name} cannot be loaded: " + "; ".join(map(str, d_bad[:4]))))
+    if t_bad or any(p.key.endswith((".block_count", ".embedding_length")) for p in d_bad):
+        return rep  # the other checks would compare numbers that mean nothing
+
     is_dflash = d.arch == "dflash"
     add(PairCheck("drafter_architecture", is_dflash,
                   "the drafter is a DFlash model" if is_dflash else
-                  f"the drafter's architecture is {d.arch!r}, not 'dflash': it is a plain model, not a DFlash drafter"))
+                  f"the drafter's architecture is {excerpt(d.arch)}, not 'dflash': it is a plain model, "
+                  f"not a DFlash drafter"))
     if t.arch == "dflash":
         add(PairCheck("target_architecture", False,
                       "the target is itself a DFlash drafter: choose the full model as the target"))
     else:
-        add(PairCheck("target_architecture", True, f"the target is a {t.arch!r} model with {t.n_layer} layers"))
+        add(PairCheck("target_architecture", True,
+                      f"the target is a {excerpt(t.arch)} model with {t.n_layer} layers"))
     if not is_dflash:
         return rep
 
@@ -130,16 +145,15 @@ def check_pair(target: str | Path, drafter: str | Path,
                   f"(this drafter belongs to a different model)"))
     _check_tokenizer(t, d, add)
 
-    layers = d.get("dflash.target_layers")
-    if not layers:
+    layers = validate.target_layers(d)
+    if not d.has("dflash.target_layers"):
         add(PairCheck("target_layers", False, "the drafter has no dflash.target_layers: it does not say which "
                                               "of the target's hidden states it reads"))
-    else:
-        bad = [lid for lid in layers if not 0 <= int(lid) <= t.n_layer]
-        add(PairCheck("target_layers", not bad,
-                      f"reads the inputs of target layers {list(layers)} (the target has {t.n_layer})" if not bad else
-                      f"the drafter reads target layers {bad}, but the target has only {t.n_layer} layers "
-                      f"(it was trained for a deeper model)"))
+    elif layers is not None:  # (malformed lists are the drafter_metadata check's)
+        bad = validate.target_layers_problem(layers, t.n_layer)
+        add(PairCheck("target_layers", bad is None,
+                      f"reads the inputs of target layers {layers} (the target has {t.n_layer})" if bad is None
+                      else bad))
         fc = d.tensor("fc.weight")
         if fc is not None:
             want = len(layers) * d.n_embd
@@ -162,16 +176,18 @@ def check_pair(target: str | Path, drafter: str | Path,
     if mask is None:
         add(PairCheck("mask_token", False, "the drafter sets no tokenizer.ggml.mask_token_id "
                                            "(DFlash fills its block with this token)"))
-    elif not 0 <= int(mask) < d.n_vocab:
-        add(PairCheck("mask_token", False, f"mask token id {mask} is outside the vocabulary of {d.n_vocab} tokens"))
+    elif not isinstance(mask, int) or not 0 <= mask < min(d.n_vocab, t.n_vocab):
+        add(PairCheck("mask_token", False, f"mask token id {excerpt(mask)} is outside the vocabulary of "
+                                           f"{d.n_vocab} tokens (tokenizer.ggml.mask_token_id; allowed: "
+                                           f"0..{min(d.n_vocab, t.n_vocab) - 1})"))
     else:
-        text = _token_text(d, int(mask))
-        add(PairCheck("mask_token", True, f"mask token id {mask}" + (f" ({text!r})" if text is not None else "")))
+        text = _token_text(d, mask)
+        add(PairCheck("mask_token", True, f"mask token id {mask}" + (f" ({text})" if text is not None else "")))
 
-    bs = int(d.get("dflash.block_size", 16))
-    ok = MIN_BLOCK <= bs <= MAX_BLOCK
-    add(PairCheck("block_size", ok, f"block size {bs}: up to {bs - 1} drafted tokens per step" if ok else
-                  f"block size {bs} is not usable (expected {MIN_BLOCK}..{MAX_BLOCK})"))
+    bad_bs = validate.block_size_problem(d)
+    bs = d.get("dflash.block_size", 16)
+    add(PairCheck("block_size", bad_bs is None, f"block size {bs}: up to {bs - 1} drafted tokens per step"
+                  if bad_bs is None else bad_bs))
 
     shares = d.tensor("output.weight") is None
     if shares:
@@ -183,6 +199,10 @@ def check_pair(target: str | Path, drafter: str | Path,
         add(PairCheck("draft_head", rows == t.n_vocab, f"own output head over {rows} tokens"
                       if rows == t.n_vocab else
                       f"the drafter's own head covers {rows} tokens but has no d2t map to the target's {t.n_vocab}"))
+    if d.tensor("d2t") is not None:
+        bad = validate.d2t_problems(d, t.n_vocab, "the target's")
+        add(PairCheck("d2t", not bad, f"d2t maps {d.tensor('d2t').shape[0]:,} draft tokens into the target's "
+                                      f"{t.n_vocab:,}" if not bad else bad[0]))
     return rep
 
 

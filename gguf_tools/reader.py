@@ -20,13 +20,18 @@ from typing import Any
 
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from gguf_tools.errors import ModelLoadError
+from gguf_tools.errors import ModelLoadError, excerpt
 
 GGUF_MAGIC = b"GGUF"
 _SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 _STRING, _ARRAY = 8, 9
 # arrays longer than this stay raw until asked for (token lists, merges, scores)
 _EAGER_ARRAY_MAX = 4096
+# past these a value in the header is not a model's but a corrupt byte's
+_KEY_MAX_BYTES = 1 << 16  # keys are dotted names of tens of bytes
+_NAME_MAX_BYTES = 1 << 10  # tensor names (llama.cpp allows 63)
+_TENSOR_MAX_BYTES = 1 << 44  # 16 TiB in one tensor
+_DIM_MAX = 1 << 40
 
 
 @dataclass(frozen=True)
@@ -157,7 +162,8 @@ def _read_array_body(buf: memoryview, pos: int, elem_type: int, count: int, path
             ln = int.from_bytes(buf[pos:pos + 8], "little")
             pos += 8
             if pos + ln > n:
-                raise _fail(path, "the file ends inside a string array (truncated or corrupt header)")
+                raise _fail(path, f"a string in a metadata array claims {ln:,} bytes, past the end of the file "
+                                  f"(corrupt header, or a truncated file)")
             if out is not None:
                 out.append(bytes(buf[pos:pos + ln]).decode("utf-8", "replace"))
             pos += ln
@@ -165,6 +171,8 @@ def _read_array_body(buf: memoryview, pos: int, elem_type: int, count: int, path
     if elem_type == _ARRAY:
         out = [] if eager else None
         for _ in range(count):
+            if pos + 12 > n:
+                raise _fail(path, "the file ends inside a nested metadata array (truncated or corrupt header)")
             sub_t, sub_n = struct.unpack_from("<IQ", buf, pos)
             pos, v = _read_array_body(buf, pos + 12, sub_t, sub_n, path, eager)
             if out is not None:
@@ -205,19 +213,24 @@ def _parse_buf(path: Path, buf: memoryview, size: int) -> GGUFInfo:
         if pos + k > size:
             raise _fail(path, f"the file ends at byte {size} inside the header (truncated)")
 
-    def read_str() -> str:
+    def read_str(what: str, max_len: int | None = None) -> str:
         nonlocal pos
         need(8)
         ln = int.from_bytes(buf[pos:pos + 8], "little")
+        if max_len is not None and ln > max_len:
+            raise _fail(path, f"{what} at byte {pos:,} claims to be {ln:,} bytes long (at most {max_len:,} "
+                              f"expected): corrupt header")
+        if pos + 8 + ln > size:
+            raise _fail(path, f"{what} at byte {pos:,} claims {ln:,} bytes but the file has only "
+                              f"{size - pos - 8:,} more (corrupt header, or a truncated file)")
         pos += 8
-        need(ln)
         s = bytes(buf[pos:pos + ln]).decode("utf-8", "replace")
         pos += ln
         return s
 
     try:
-        for _ in range(n_kv):
-            key = read_str()
+        for i in range(n_kv):
+            key = read_str(f"metadata key {i}", _KEY_MAX_BYTES)
             need(4)
             vtype = int.from_bytes(buf[pos:pos + 4], "little")
             pos += 4
@@ -228,7 +241,7 @@ def _parse_buf(path: Path, buf: memoryview, size: int) -> GGUFInfo:
                 pos += struct.calcsize(fmt)
                 vtypes[key] = (vtype, None)
             elif vtype == _STRING:
-                meta[key] = read_str()
+                meta[key] = read_str(f"the value of {excerpt(key)}")
                 vtypes[key] = (vtype, None)
             elif vtype == _ARRAY:
                 need(12)
@@ -243,15 +256,15 @@ def _parse_buf(path: Path, buf: memoryview, size: int) -> GGUFInfo:
                 else:
                     lazy[key] = LazyArray(et, cnt, start, pos)
             else:
-                raise _fail(path, f"unknown metadata value type {vtype} for key {key!r} (corrupt header)")
+                raise _fail(path, f"unknown metadata value type {vtype} for key {excerpt(key)} (corrupt header)")
         tensors_raw = []
-        for _ in range(n_tensors):
-            name = read_str()
+        for i in range(n_tensors):
+            name = read_str(f"the name of tensor {i}", _NAME_MAX_BYTES)
             need(4)
             nd = int.from_bytes(buf[pos:pos + 4], "little")
             pos += 4
             if nd > 8:
-                raise _fail(path, f"tensor {name!r} has {nd} dimensions (corrupt header)")
+                raise _fail(path, f"tensor {excerpt(name)} has {nd:,} dimensions (at most 4 expected: corrupt header)")
             need(8 * nd + 12)
             dims = struct.unpack_from(f"<{nd}Q", buf, pos)
             pos += 8 * nd
@@ -261,23 +274,39 @@ def _parse_buf(path: Path, buf: memoryview, size: int) -> GGUFInfo:
     except struct.error:
         raise _fail(path, "the header is truncated or corrupt") from None
 
-    align = int(meta.get("general.alignment", 32))
+    align = meta.get("general.alignment", 32)
+    if isinstance(align, bool) or not isinstance(align, int) or not 1 <= align <= 1 << 16 or align & (align - 1):
+        raise _fail(path, f"general.alignment = {excerpt(align)} is not usable (allowed: a power of two, "
+                          f"1..65536): corrupt header")
     data_offset = pos + (-pos % align)
     tensors = []
-    end_needed = data_offset
+    end_needed, end_tensor = data_offset, None
+    packed = data_offset  # where the data would end if the tensors were stored back to back
     for name, dims, ttype, off in tensors_raw:
         try:
             qt = GGMLQuantizationType(ttype)
         except ValueError:
-            raise _fail(path, f"tensor {name!r} has unknown type {ttype} (corrupt or newer than this build)") from None
+            raise _fail(path, f"tensor {excerpt(name)} has unknown type {ttype} "
+                              f"(corrupt, or newer than this build)") from None
         n_el = 1
         for d in dims:
             n_el *= d
         block, tsize = GGML_QUANT_SIZES[qt]
         nbytes = n_el // block * tsize
+        if any(d > _DIM_MAX for d in dims) or nbytes > _TENSOR_MAX_BYTES:
+            raise _fail(path, f"tensor {excerpt(name)} has an absurd shape {list(dims)} "
+                              f"({nbytes:,} bytes of {qt.name}): corrupt header")
+        if dims and dims[0] % block:
+            raise _fail(path, f"tensor {excerpt(name)} has rows of {dims[0]:,} values, not a multiple of the "
+                              f"{qt.name} block of {block}: corrupt header")
         tensors.append(TensorInfo(name, tuple(dims), qt.name, n_el, nbytes, off))
-        end_needed = max(end_needed, data_offset + off + nbytes)
+        packed += nbytes + (-nbytes % align)
+        if data_offset + off + nbytes > end_needed:
+            end_needed, end_tensor = data_offset + off + nbytes, name
     if end_needed > size:
+        if packed <= size:  # the sizes fit the file: an offset is wrong, not the length
+            raise _fail(path, f"tensor {excerpt(end_tensor)} has its data at an offset past the end of the "
+                              f"file ({end_needed:,} bytes needed, the file has {size:,}): corrupt header")
         raise _fail(path, f"truncated: its tensors need {end_needed:,} bytes but the file has {size:,} "
                           f"(an interrupted download or copy?)")
     return GGUFInfo(path=path, version=version, file_size=size, data_offset=data_offset,

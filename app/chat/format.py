@@ -19,10 +19,18 @@ the question, or looped on "Assistant: ..." lines; the example turns (an
 answer, code in a Markdown block with one line after it, a list) show it
 what an answer looks like, and a new turn's prefix ends the reply. The
 drafter is distilled on text in this format.
+
+Only the format's own markup may become special tokens: a user who types
+`<end_of_turn>`, or a document that contains `<eos>`, must not end a turn.
+A template's rendering is a PromptText, which knows which parts are the
+template's text and which are the messages' content; the engine tokenizes
+the content (and every plain string) without special-token parsing.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import date
 from typing import TYPE_CHECKING
@@ -40,6 +48,28 @@ PLAIN_FORMAT_NAME = "plain (User:/Assistant:)"
 
 class TemplateRenderError(FlashDeskError):
     pass
+
+
+class PromptText(str):
+    """Prompt text that remembers its parts: (text, True) for the prompt format's own markup, whose
+    special-token strings become special tokens, and (text, False) for content (messages, documents,
+    sources), always tokenized as plain text. Any string operation gives a plain str, which the
+    engine tokenizes as plain text throughout: the safe side."""
+
+    segments: tuple[tuple[str, bool], ...]
+
+    def __new__(cls, segments: Iterable[tuple[str, bool]]) -> PromptText:
+        merged: list[tuple[str, bool]] = []
+        for text, markup in segments:
+            if not text:
+                continue
+            if merged and merged[-1][1] == markup:
+                merged[-1] = (merged[-1][0] + text, markup)
+            else:
+                merged.append((text, markup))
+        obj = super().__new__(cls, "".join(t for t, _ in merged))
+        obj.segments = tuple(merged)
+        return obj
 
 
 @dataclass
@@ -94,8 +124,30 @@ def render_plain(messages: list[ChatMessage], add_generation_prompt: bool = True
 PLAIN_STOP = ["\nUser:", "\nAssistant:"]
 
 
+# a message's content while the template renders: private-use characters no tokenizer markup uses
+_SLOT = "\ue000{}\ue001"
+_SLOT_RE = re.compile("\ue000(\\d+)\ue001")
+
+
 def render_template(template: str, messages: list[ChatMessage], add_generation_prompt: bool,
-                    bos_token: str = "", eos_token: str = "") -> str:
+                    bos_token: str = "", eos_token: str = "") -> PromptText:
+    """The template's text with the messages' content in place, as a PromptText: the template renders
+    a slot for each non-empty content, so what it writes itself is known exactly; the contents go
+    into their slots afterwards, as plain text. (A template that edits content, e.g. trims it, sees
+    the slot, so the content goes in as written.)"""
+    slotted = [ChatMessage(m.role, _SLOT.format(i) if m.content else "") for i, m in enumerate(messages)]
+    rendered = _render_template(template, slotted, add_generation_prompt, bos_token, eos_token)
+    segments = []
+    for j, part in enumerate(_SLOT_RE.split(rendered)):
+        if j % 2 == 0:
+            segments.append((part, True))
+        elif int(part) < len(messages):
+            segments.append((messages[int(part)].content, False))
+    return PromptText(segments)
+
+
+def _render_template(template: str, messages: list[ChatMessage], add_generation_prompt: bool,
+                     bos_token: str, eos_token: str) -> str:
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
 
     def raise_exception(msg: str) -> None:

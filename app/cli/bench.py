@@ -11,6 +11,7 @@ from app.bench import near_ties, plot, prompt_sets, runner, verify_cost
 from app.bundled import default_target
 from app.cli.common import add_model_args, open_engine
 from app.engine.calibration import calibrate
+from app.engine.params import GenerationParams
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -61,6 +62,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    GenerationParams(max_tokens=args.max_tokens, draft_max=args.draft_max).validate()  # before anything loads
     engine = open_engine(args)
     try:
         prompts = prompt_sets.load_prompts(args.prompts, args.limit)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from app.engine.dflash import Engine
 from app.session.models import DEVICE_CPU, DEVICE_GPU, load_engine, resolve_spec
@@ -22,3 +23,12 @@ def open_engine(args: argparse.Namespace) -> Engine:
     spec = resolve_spec(args.target, args.drafter, args.no_drafter, n_ctx=args.ctx, n_threads=args.threads,
                         device=DEVICE_GPU if args.gpu else DEVICE_CPU)
     return load_engine(spec)
+
+
+def read_prompt(text: str | None) -> str:
+    """The prompt from --prompt, or stdin when none was given; bytes that are not UTF-8 (in either)
+    become U+FFFD instead of an exception."""
+    if text is None:
+        return sys.stdin.buffer.read().decode("utf-8", "replace")
+    # argv is decoded with surrogateescape: undo it and decode leniently
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")

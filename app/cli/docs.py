@@ -148,6 +148,8 @@ def cmd_update(args: argparse.Namespace) -> int:
 def cmd_ask(args: argparse.Namespace) -> int:
 
     collections = args.collection or [DEFAULT_COLLECTION]
+    params = GenerationParams(max_tokens=args.max_tokens, speculative=not args.no_spec)
+    params.validate()  # before anything loads
     with _open_index(args) as index:
         embedder = None
         if args.mode != "fts":
@@ -155,7 +157,6 @@ def cmd_ask(args: argparse.Namespace) -> int:
             embedder = _load_embedder(sorted(models)[0]) if models else None
         engine = open_engine(args)
         try:
-            params = GenerationParams(max_tokens=args.max_tokens, speculative=not args.no_spec)
             on_text = None if args.json else (lambda t: print(t, end="", flush=True))
             policy = policy_for_mode(engine, "plain" if args.no_spec else "hybrid")
             ans = answer_question(engine, Retriever(index, embedder), args.question, collections, k=args.k,

@@ -7,7 +7,7 @@ import json
 import sys
 
 from app.chat.format import ChatMessage, prompt_format_of
-from app.cli.common import add_model_args, open_engine
+from app.cli.common import add_model_args, open_engine, read_prompt
 from app.engine.controller import DRAFT_MODES, policy_for_mode
 from app.engine.params import GenerationParams
 
@@ -39,17 +39,19 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
+    # every parameter is checked before a model loads (InvalidParams: one line, exit code 2)
+    params = GenerationParams(max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k,
+                              top_p=args.top_p, min_p=args.min_p, seed=args.seed,
+                              stop=[read_prompt(s) for s in args.stop or []],
+                              speculative=not args.no_spec, draft_max=args.draft_max)
+    params.validate()
+    text = read_prompt(args.prompt)
     engine = open_engine(args)
     try:
-        text = args.prompt if args.prompt is not None else sys.stdin.read()
-        stop = list(args.stop or [])
         if args.chat:
             fmt = prompt_format_of(engine.target)
             text = fmt.render([ChatMessage("user", text)])
-            stop += fmt.stop
-        params = GenerationParams(max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k,
-                                  top_p=args.top_p, min_p=args.min_p, seed=args.seed, stop=stop,
-                                  speculative=not args.no_spec, draft_max=args.draft_max)
+            params.stop += fmt.stop
         prompt = engine.tokenize(text)
         policy = policy_for_mode(engine, "plain" if args.no_spec else args.draft_mode, args.draft_max)
         echo = None if args.json else (lambda t: print(t, end="", flush=True))

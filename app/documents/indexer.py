@@ -16,6 +16,7 @@ the run. Runs in whatever thread calls it (the UI runs it in a QThread).
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import threading
@@ -88,18 +89,41 @@ class IndexProgress:
 ProgressCallback = Callable[[IndexProgress, "FileEvent | None"], None]
 
 
-def discover(root: Path) -> list[Path]:
+def discover(root: Path, skipped: list[tuple[str, str]] | None = None) -> list[Path]:
     """Supported files under a folder (or the file itself), sorted; hidden and
-    cache folders are left out; unreadable folders are passed over."""
+    cache folders are left out. What cannot be walked (an unreadable folder, a
+    broken or looping symbolic link, a link to a folder, which is not followed)
+    is added to `skipped` as (path, reason)."""
+    note = skipped.append if skipped is not None else (lambda _item: None)
     if root.is_file():
         return [root] if kind_of(root) else []
+
+    def unreadable(e: OSError) -> None:
+        note((str(e.filename or root), f"folder cannot be read ({e.strerror or e}): skipped"))
+
     found: list[Path] = []
-    for dirpath, dirnames, filenames in os.walk(root, onerror=lambda e: None):
+    for dirpath, dirnames, filenames in os.walk(root, onerror=unreadable):
+        for d in sorted(dirnames):
+            if Path(dirpath, d).is_symlink() and d not in _SKIP_DIRS and not d.startswith("."):
+                note((str(Path(dirpath, d)), "a symbolic link to a folder: not followed (it could loop)"))
         dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS and not d.startswith("."))
         for name in sorted(filenames):
             p = Path(dirpath) / name
-            if not name.startswith(".") and kind_of(p) and p.is_file():
+            if name.startswith(".") or not kind_of(p):
+                continue
+            if p.is_file():
                 found.append(p)
+            elif p.is_symlink():
+                try:
+                    p.stat()
+                    reason = "not a regular file"
+                except OSError as e:
+                    reason = ("a symbolic link that loops" if e.errno == errno.ELOOP else
+                              "a broken symbolic link" if e.errno == errno.ENOENT else
+                              f"cannot be read ({e.strerror or e})")
+                note((str(p), f"{reason}: skipped"))
+            else:
+                note((str(p), "not a regular file: skipped"))
     return found
 
 
@@ -140,7 +164,7 @@ class Indexer:
                 prog.errors.append((root, "folder or file not found (its index entries are kept)"))
                 continue
             live_roots.append(root)
-            for p in discover(rp):
+            for p in discover(rp, prog.errors):
                 found.setdefault(str(p), p)
         known = {f.path: f for f in self.index.files(cid)}
         gone = [p for p in known if p not in found and _under_any(p, live_roots)]

@@ -33,6 +33,13 @@ KIND_BY_EXT.update({e: "code" for e in CODE_EXTS})
 CODE_NAMES = {"makefile": "code", "dockerfile": "code", "cmakelists.txt": "code"}
 
 MAX_FILE_BYTES = 200 * 1024 * 1024  # larger files are skipped: almost surely not prose
+# a DOCX is a ZIP: its members' declared sizes are checked before anything is inflated (a ZIP bomb)
+MAX_DOCX_UNCOMPRESSED = 256 * 1024 * 1024
+MAX_DOCX_RATIO = 1000  # uncompressed / compressed, over the whole package: XML compresses ~5-20x
+# a "text" file whose first bytes hold more control characters than this share is binary
+_BINARY_SAMPLE = 64 * 1024
+_MAX_CONTROL_SHARE = 0.01
+_CONTROL = bytes(b for b in range(32) if b not in b"\t\n\r\x0b\x0c\x1b") + b"\x7f"
 
 
 class SkipFile(FlashDeskError):
@@ -99,8 +106,13 @@ def read_document(path: str | Path) -> Document:
 # --- plain text, Markdown, code ------------------------------------------------
 def _read_text_file(path: Path) -> str:
     data = path.read_bytes()
-    if b"\x00" in data[:8192]:
-        raise SkipFile(path, "binary content in a text file")
+    if b"\x00" in data[:_BINARY_SAMPLE]:
+        raise SkipFile(path, "binary content in a text file (NUL bytes)")
+    sample = data[:_BINARY_SAMPLE]
+    n_control = len(sample) - len(sample.translate(None, _CONTROL))
+    if sample and n_control > _MAX_CONTROL_SHARE * len(sample):
+        raise SkipFile(path, f"binary content in a text file ({n_control / len(sample):.0%} of its first "
+                             f"{len(sample):,} bytes are control characters)")
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError:
@@ -264,6 +276,7 @@ def _read_docx(path: Path) -> Document:
         raise SkipFile(path, "password-protected (encrypted) or old-format Word document")
     if not zipfile.is_zipfile(path):
         raise SkipFile(path, "not a readable DOCX (not a ZIP package: damaged, or not really a .docx)")
+    _check_zip_sizes(path)
     try:
         d = docx.Document(str(path))
     except (PackageNotFoundError, zipfile.BadZipFile, KeyError, ValueError) as e:
@@ -295,6 +308,26 @@ def _read_docx(path: Path) -> Document:
                 if any(cells):
                     blocks.append(Block(" | ".join(cells), None, n, n, PROSE))
     return Document(path, "docx", blocks)
+
+
+def _check_zip_sizes(path: Path) -> None:
+    """Refuse a package that would inflate past MAX_DOCX_UNCOMPRESSED (or compresses implausibly well),
+    from the sizes its directory declares, before any member is read."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            infos = z.infolist()
+    except (zipfile.BadZipFile, OSError, ValueError) as e:
+        raise SkipFile(path, f"not a readable DOCX ({type(e).__name__}: {e})") from None
+    total = sum(i.file_size for i in infos)
+    packed = sum(i.compress_size for i in infos)
+    if total > MAX_DOCX_UNCOMPRESSED:
+        biggest = max(infos, key=lambda i: i.file_size)
+        raise SkipFile(path, f"a DOCX that inflates to {total / 1e6:,.0f} MB (its part {biggest.filename[:60]!r} "
+                             f"alone {biggest.file_size / 1e6:,.0f} MB; the limit is "
+                             f"{MAX_DOCX_UNCOMPRESSED // 2**20} MB): not parsed")
+    if packed and total > 1 << 20 and total > MAX_DOCX_RATIO * packed:
+        raise SkipFile(path, f"a DOCX whose {packed / 1e6:,.1f} MB inflate to {total / 1e6:,.0f} MB "
+                             f"({total // packed:,}x; a ZIP bomb?): not parsed")
 
 
 # --- HTML --------------------------------------------------------------------------

@@ -48,6 +48,7 @@ from app.engine.stats import GenerationStats
 from app.engine.text_stream import TextStream
 from app.errors import ContextOverflow, ModelLoadError
 from gguf_tools.pair import PairReport, check_pair
+from gguf_tools.validate import read_d2t
 
 # A hook for tests and calibration: given the history (all tokens so far, anchor last) and the
 # policy's choice, the tokens to verify instead of that source's own drafts (None: its own).
@@ -131,7 +132,9 @@ class Engine:
         return self.dctx is not None
 
     def tokenize(self, text: str, add_special: bool = True) -> list[int]:
-        return self.target.tokenize(text, add_special=add_special, parse_special=True)
+        """Prompt tokens: special tokens only from a prompt format's markup (LlamaModel.tokenize_prompt);
+        a plain str, whoever wrote it, is plain text."""
+        return self.target.tokenize_prompt(text, add_special=add_special)
 
     def detokenize(self, tokens: list[int]) -> str:
         return self.target.detokenize(tokens)
@@ -452,12 +455,8 @@ class Engine:
         return out
 
     def _read_d2t(self) -> np.ndarray:
-        t = self.drafter.info.tensor("d2t")
-        if t is None:
-            return np.empty(0, dtype=np.int64)
-        with open(self.drafter.path, "rb") as f:
-            f.seek(self.drafter.info.data_offset + t.offset)
-            return np.frombuffer(f.read(t.n_bytes), dtype=np.int64).copy()
+        # its ids were checked against the target's vocabulary by the pair check (gguf_tools.validate)
+        return read_d2t(self.drafter.info)
 
     def _verify(self, anchor: int, drafts: list[int], n_past: int, sampler: TokenSampler | None,
                 st: GenerationStats) -> tuple[list[int], int]:

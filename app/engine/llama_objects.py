@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +18,9 @@ from pathlib import Path
 import numpy as np
 
 from app.errors import GenerationError, ModelLoadError
+from gguf_tools.errors import excerpt
 from gguf_tools.reader import read_gguf
+from gguf_tools.validate import check_model
 from native.api import ext
 from native.api import llama as lc
 
@@ -38,8 +41,9 @@ class LlamaModel:
     def __init__(self, path: str | Path, placement: ModelPlacement | None = None,
                  progress: Callable[[float], bool] | None = None):
         self.path = Path(path).expanduser()
-        # the header check gives clear errors (missing, truncated, corrupt) before llama.cpp sees the file
-        self.info = read_gguf(self.path)
+        # the header check gives clear errors (missing, truncated, corrupt, values llama.cpp would assert
+        # on) before llama.cpp sees the file
+        self.info = check_model(read_gguf(self.path))
         placement = placement or ModelPlacement()
         mp = lc.llama_model_default_params()
         mp.n_gpu_layers = placement.n_gpu_layers
@@ -63,7 +67,7 @@ class LlamaModel:
         self.ptr = lc.llama_model_load_from_file(str(self.path).encode(), mp)
         if not self.ptr:
             raise ModelLoadError(f"{self.path}: llama.cpp could not load this model "
-                                 f"(architecture {self.info.arch!r}; unsupported, corrupt, or cancelled)")
+                                 f"(architecture {excerpt(self.info.arch)}; unsupported, corrupt, or cancelled)")
         self.vocab = lc.llama_model_get_vocab(self.ptr)
         self.n_vocab = lc.llama_vocab_n_tokens(self.vocab)
         self.n_embd = lc.llama_model_n_embd(self.ptr)
@@ -74,7 +78,7 @@ class LlamaModel:
 
     # --- tokens -------------------------------------------------------------
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
-        data = text.encode("utf-8")
+        data = text.encode("utf-8", "replace")  # a lone surrogate (undecodable input) becomes "?"
         cap = len(data) + 16
         buf = (lc.llama_token * cap)()
         n = lc.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)
@@ -83,6 +87,61 @@ class LlamaModel:
             buf = (lc.llama_token * cap)()
             n = lc.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)
         return list(buf[:n])
+
+    def tokenize_prompt(self, text: str, add_special: bool = True) -> list[int]:
+        """A prompt's tokens, where only the prompt format's own markup can become special tokens.
+
+        A PromptText (app.chat.format) marks which parts are the format's markup: the control-token
+        strings found there become those tokens, and everything else (the messages, documents,
+        sources, and every plain str) is tokenized as plain text, so a user's `<end_of_turn>` is
+        text. The text between special tokens is tokenized piece by piece, as llama.cpp does itself
+        when it parses special tokens, so a conversation without such strings in its content gets
+        the same tokens as whole-string parsing would give it."""
+        segments = getattr(text, "segments", None)
+        if not segments or not any(markup for _, markup in segments):
+            return self.tokenize(str(text), add_special, parse_special=False)
+        pattern, ids = self._control_tokens()
+        pieces: list[tuple[str, int | None]] = []  # (plain text, None) or (its text, a control token)
+        plain: list[str] = []
+        for seg, markup in segments:
+            pos = 0
+            if markup and pattern is not None:
+                for m in pattern.finditer(seg):
+                    plain.append(seg[pos:m.start()])
+                    pieces.append(("".join(plain), None))
+                    pieces.append((m.group(0), ids[m.group(0)]))
+                    plain, pos = [], m.end()
+            plain.append(seg[pos:])
+        pieces.append(("".join(plain), None))
+        if all(tid is None for _, tid in pieces):
+            return self.tokenize(str(text), add_special, parse_special=False)
+        out: list[int] = [self.bos] if add_special and self.add_bos() else []
+        for piece, tid in pieces:
+            if tid is not None:
+                out.append(tid)
+            elif piece:
+                out += self.tokenize(piece, add_special=False, parse_special=False)
+        if add_special and lc.llama_vocab_get_add_eos(self.vocab):
+            out.append(lc.llama_vocab_eos(self.vocab))
+        return out
+
+    def _control_tokens(self) -> tuple[re.Pattern[str] | None, dict[str, int]]:
+        """The strings that special-token parsing turns into control tokens (llama.cpp: tokens with
+        the CONTROL or UNKNOWN attribute, longest first), as one pattern; computed once."""
+        cached = getattr(self, "_control_cache", None)
+        if cached is None:
+            ids: dict[str, int] = {}
+            special = 1 << 3 | 1 << 0  # LLAMA_TOKEN_ATTR_CONTROL | LLAMA_TOKEN_ATTR_UNKNOWN
+            for tid in range(self.n_vocab):
+                if lc.llama_vocab_get_attr(self.vocab, tid) & special:
+                    raw = lc.llama_vocab_get_text(self.vocab, tid)
+                    piece = raw.decode("utf-8", "replace") if raw else ""
+                    if piece:
+                        ids.setdefault(piece, tid)
+            texts = sorted(ids, key=len, reverse=True)
+            pattern = re.compile("|".join(map(re.escape, texts))) if texts else None
+            cached = self._control_cache = (pattern, ids)
+        return cached
 
     def token_to_piece(self, token: int, special: bool = False) -> bytes:
         buf = ctypes.create_string_buffer(64)

@@ -10,6 +10,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from app.chat.format import ChatMessage
+from app.engine.params import MAX_TOP_K
 from app.server.errors import ApiError, bad_request
 from app.server.service import CHAT, COMPLETION, GenerationRequest
 
@@ -47,9 +48,10 @@ class StreamOptions(_Strict):
 class _Sampling(_Strict):
     model: str = Field(min_length=1)
     max_tokens: int | None = Field(None, ge=1)
+    # the ranges are GenerationParams.validate's (app.engine.params), temperature narrowed to OpenAI's 0..2
     temperature: float = Field(1.0, ge=0.0, le=2.0)  # OpenAI's default: sampling
     top_p: float = Field(1.0, gt=0.0, le=1.0)
-    top_k: int = Field(40, ge=0)  # llama.cpp server's default; 0: off
+    top_k: int = Field(40, ge=0, le=MAX_TOP_K)  # llama.cpp server's default; 0: off
     min_p: float = Field(0.0, ge=0.0, lt=1.0)
     seed: int | None = None  # None: a fresh one per request
     stop: str | list[str] | None = None

@@ -16,9 +16,12 @@ from app.scheduler.inventory import detect_inventory
 from app.scheduler.plan import SplitPlan
 from app.scheduler.planner import PlanRequest, plan_split
 from gguf_tools.pair import PairReport, check_pair
+from gguf_tools.validate import check_model
 from native.ggml_devices import list_devices
 
 DEVICE_CPU = "cpu"
+# the context lengths a spec may ask for (llama.cpp clamps to the model's own; past 1M tokens is a typo)
+MIN_CTX, MAX_CTX = 64, 1 << 20
 DEVICE_GPU = "gpu"
 
 
@@ -71,9 +74,14 @@ def check_spec(spec: ModelSpec) -> PairReport | None:
     for label, path in (("target", spec.target), ("drafter", spec.drafter)):
         if path is not None and not Path(path).expanduser().is_file():
             raise ModelLoadError(f"{path}: the {label} model file does not exist")
-    if spec.n_ctx < 64:
-        raise ModelLoadError(f"{spec.target}: context length {spec.n_ctx} is too small (at least 64)")
+    if isinstance(spec.n_ctx, bool) or not isinstance(spec.n_ctx, int) or not MIN_CTX <= spec.n_ctx <= MAX_CTX:
+        raise ModelLoadError(f"{spec.target}: context length {spec.n_ctx!r:.40} is not usable "
+                             f"(allowed: {MIN_CTX}..{MAX_CTX:,} tokens)")
+    if isinstance(spec.n_threads, bool) or not isinstance(spec.n_threads, int) or not 0 <= spec.n_threads <= 1024:
+        raise ModelLoadError(f"{spec.target}: {spec.n_threads!r:.40} CPU threads is not usable "
+                             f"(allowed: 0..1024; 0: all cores)")
     if spec.drafter is None:
+        check_model(spec.target)  # values llama.cpp would assert on (the pair check makes it for both)
         return None
     report = check_pair(spec.target, spec.drafter)
     report.raise_if_bad()
