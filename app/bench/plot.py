@@ -1,5 +1,6 @@
 """A PNG of a `flashdesk bench` result: speedup and tau per category for each
-mode, and the draft length the adaptive controller chose over time."""
+mode (peers, app.bench.peers, hatched), the draft length the adaptive controller
+chose over time, and, when peers ran, our best mode over each peer per category."""
 
 from __future__ import annotations
 
@@ -13,16 +14,20 @@ import numpy as np  # noqa: E402
 
 
 def plot_bench(result: dict, out: str | Path) -> Path:
+    from app.bench.peers import is_peer  # noqa: PLC0415
+
     cats = list(result["summary"]["by_category"])
     modes = [m for m in result["modes"] if m != "plain"]
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
+    peer_list = [m for m in modes if is_peer(m)]
+    fig, axes = plt.subplots(1, 4 if peer_list else 3, figsize=(21 if peer_list else 16, 4.8))
     width = 0.8 / max(1, len(modes))
     x = np.arange(len(cats))
     for i, m in enumerate(modes):
         sp = [result["summary"]["by_category"][c][m]["median_speedup"] for c in cats]
         tau = [result["summary"]["by_category"][c][m]["median_tau"] for c in cats]
-        axes[0].bar(x + i * width, sp, width, label=m)
-        axes[1].bar(x + i * width, tau, width, label=m)
+        hatch = "//" if m in peer_list else None
+        axes[0].bar(x + i * width, sp, width, label=m, hatch=hatch, color=f"C{i % 10}")
+        axes[1].bar(x + i * width, tau, width, label=m, hatch=hatch, color=f"C{i % 10}")
     for ax, title in ((axes[0], "median speedup over plain decoding"), (axes[1], "median tau (tokens per step)")):
         ax.set_xticks(x + width * (len(modes) - 1) / 2, cats, rotation=20)
         ax.set_title(title)
@@ -38,6 +43,17 @@ def plot_bench(result: dict, out: str | Path) -> Path:
         axes[2].set_title(f"draft length chosen per step ({ad}, first prompt per category)")
         axes[2].set_xlabel("step")
         axes[2].legend(fontsize=7)
+    if peer_list:
+        ax = axes[3]
+        w = 0.8 / len(peer_list)
+        ours = result["summary"]["by_category"][cats[0]]["peers"]["ours"] if cats else "ours"
+        for i, m in enumerate(peer_list):
+            r = [result["summary"]["by_category"][c]["peers"]["by_peer"][m]["ours_over_peer"] for c in cats]
+            ax.bar(x + i * w, r, w, label=m, hatch="//", color=f"C{modes.index(m) % 10}")  # as in the others
+        ax.axhline(1.0, color="k", lw=0.8, ls="--")
+        ax.set_xticks(x + w * (len(peer_list) - 1) / 2, cats, rotation=20)
+        ax.set_title(f"{ours} tokens/s over each peer's (median per prompt)")
+        ax.legend(fontsize=7)
     fig.suptitle(f"{Path(result.get('target') or '').name} + {Path(result.get('drafter') or '').name}", fontsize=9)
     fig.tight_layout()
     out = Path(out)

@@ -9,6 +9,11 @@ mode whose output is identical to it passes by that check (`lossless_by`:
 "plain"), any other output is checked on its own. Results are ratios first:
 speedup = tokens/s of the mode over tokens/s of plain decoding on the same
 prompt.
+
+Peer modes (app.bench.peers: llama.cpp's own llama-server loops, llama-cpp-python's
+prompt lookup) run in the same rotation on the same prompt tokens; their outputs go
+through the same checks, and the summary adds, per category, our best mode over each
+peer (`peers`).
 """
 
 from __future__ import annotations
@@ -23,9 +28,10 @@ from pathlib import Path
 
 import numpy as np
 
+from app.bench import peers as peer_modes
 from app.bench.info import run_info
 from app.bench.prompt_sets import BenchPrompt, prompt_text
-from app.chat.format import prompt_format_of
+from app.chat.format import PromptFormat, prompt_format_of
 from app.engine.calibration import CostModel, calibrate
 from app.engine.controller import DraftController, policy_for_mode
 from app.engine.dflash import Engine
@@ -37,6 +43,14 @@ from app.engine.params import GenerationParams
 # the others are app.engine.controller's draft modes
 MODES = ("plain", "plain-again", "fixed", "lookup", "adaptive", "adaptive-conf", "hybrid")
 NEEDS_DRAFTER = ("fixed", "adaptive", "adaptive-conf")
+# peer modes (app.bench.peers) are named by family: upstream-plain, upstream-dflash[@K],
+# upstream-lookup[:TYPE][@K], upstream-chain[:T1+T2][@K], llama-cpp-python-lookup[@K]
+PEER_MODES = peer_modes.FAMILIES
+
+
+def needs_drafter(mode: str) -> bool:
+    spec = peer_modes.parse_mode(mode)
+    return spec.needs_drafter if spec is not None else mode in NEEDS_DRAFTER
 
 
 def run_mode(engine: Engine, tokens: list[int], mode: str, max_tokens: int, draft_max: int | None,
@@ -127,12 +141,13 @@ def bench(engine: Engine, prompts: list[BenchPrompt], modes: list[str], max_toke
     """Every mode on every prompt, interleaved. `partial` gets the result so far after each prompt
     (the CLI writes it to the JSON file, so a long run that is stopped keeps what it measured)."""
     for m in modes:
-        if m not in MODES:
-            raise ValueError(f"unknown mode {m!r}; expected some of {', '.join(MODES)}")
+        if m not in MODES and not peer_modes.is_peer(m):  # a malformed peer name raises here
+            raise ValueError(f"unknown mode {m!r}; expected some of {', '.join(MODES + PEER_MODES)}")
     if "plain" not in modes:
         modes = ["plain", *modes]
-    if not engine.has_drafter and any(m in NEEDS_DRAFTER for m in modes):
-        raise ValueError(f"the modes {', '.join(NEEDS_DRAFTER)} need a drafter")
+    if not engine.has_drafter and any(needs_drafter(m) for m in modes):
+        raise ValueError(f"the modes {', '.join(m for m in modes if needs_drafter(m))} need a drafter")
+    ours = [m for m in modes if not peer_modes.is_peer(m)]
     rows = []
     t0 = time.time()
 
@@ -141,42 +156,59 @@ def bench(engine: Engine, prompts: list[BenchPrompt], modes: list[str], max_toke
     fmt = prompt_format_of(engine.target)
     policies: dict = {}
 
+    peers = peer_modes.open_peers(engine, modes, progress)  # built, started, warmed up once
+    peer_info = {m: {"args": p.args[1:]} if isinstance(p, peer_modes.ServerPeer) else {"num_pred_tokens": p.spec.k}
+                 for m, p in peers.items()}
+
     def result(rows: list[dict]) -> dict:
         return {"run": run, "modes": modes, "max_tokens": max_tokens, "draft_max": draft_max,
                 "calibration": cost.to_dict(), "prompts": list(rows),
-                "summary": summarize(rows, modes) | {"cost_model": cost_model_check(rows, modes, cost)}}
+                "summary": summarize(rows, modes) | {"cost_model": cost_model_check(rows, ours, cost)}} \
+            | ({"peers": peer_info} if peer_info else {})
 
-    for i, bp in enumerate(prompts):
-        text, stop = prompt_text(bp, fmt)
-        tokens = engine.tokenize(text)
-        order = modes[i % len(modes):] + modes[:i % len(modes)]
-        res = {m: run_mode(engine, tokens, m, max_tokens, draft_max, stop, policies) for m in order}
-        plain = res["plain"]
-        row = {"id": bp.id, "category": bp.category, "n_prompt": len(tokens), "modes": {}}
-        plain_check = _lossless(engine, tokens, plain["tokens"], "self") if check else None
-        if plain_check:
-            row["plain_lossless"] = plain_check
-        for m in modes:
-            r = res[m]
-            entry = dict(r)  # tokens and text kept: the checks can be re-run from the file
-            if m != "plain":
-                entry["speedup"] = r["tokens_per_s"] / plain["tokens_per_s"] if plain["tokens_per_s"] else 0.0
-                entry["identical"] = r["tokens"] == plain["tokens"]
-                if check and m != "plain-again":
-                    entry.update(plain_check | {"lossless_by": "plain"} if entry["identical"]
-                                 else _lossless(engine, tokens, r["tokens"], "own"))
-            row["modes"][m] = entry
-        rows.append(row)
-        if progress:
-            bits = [f"{m} {row['modes'][m]['tokens_per_s']:.1f} tok/s" for m in modes]
-            for m in modes[1:]:
-                e = row["modes"][m]
-                bits.append(f"{m} x{e['speedup']:.2f} tau {e['tau']:.2f}"
-                            + (f" lossless={e['lossless']}" if "lossless" in e else ""))
-            progress(f"[{i + 1}/{len(prompts)} {time.time() - t0:.0f}s] {bp.id} ({bp.category}): " + ", ".join(bits))
-        if partial and i + 1 < len(prompts):
-            partial(result(rows) | {"complete": False})
+    try:
+        for i, bp in enumerate(prompts):
+            row = _bench_prompt(engine, bp, fmt, i, modes, peers, policies, max_tokens, draft_max, check)
+            rows.append(row)
+            if progress:
+                bits = [f"{m} {row['modes'][m]['tokens_per_s']:.1f} tok/s" for m in modes]
+                for m in modes[1:]:
+                    e = row["modes"][m]
+                    bits.append(f"{m} x{e['speedup']:.2f} tau {e['tau']:.2f}"
+                                + (f" lossless={e['lossless']}" if "lossless" in e else ""))
+                progress(f"[{i + 1}/{len(prompts)} {time.time() - t0:.0f}s] {bp.id} ({bp.category}): "
+                         + ", ".join(bits))
+            if partial and i + 1 < len(prompts):
+                partial(result(rows) | {"complete": False})
+    finally:
+        peer_modes.close_peers(peers)
     return result(rows)
+
+
+def _bench_prompt(engine: Engine, bp: BenchPrompt, fmt: PromptFormat, i: int, modes: list[str], peers: dict,
+                  policies: dict, max_tokens: int, draft_max: int | None, check: bool) -> dict:
+    """Every mode on one prompt, in an order rotated by the prompt's index, then the checks."""
+    text, stop = prompt_text(bp, fmt)
+    tokens = engine.tokenize(text)
+    order = modes[i % len(modes):] + modes[:i % len(modes)]
+    res = {m: peers[m].run(tokens, max_tokens, stop) if m in peers
+           else run_mode(engine, tokens, m, max_tokens, draft_max, stop, policies) for m in order}
+    plain = res["plain"]
+    row = {"id": bp.id, "category": bp.category, "n_prompt": len(tokens), "modes": {}}
+    plain_check = _lossless(engine, tokens, plain["tokens"], "self") if check else None
+    if plain_check:
+        row["plain_lossless"] = plain_check
+    for m in modes:
+        r = res[m]
+        entry = dict(r)  # tokens and text kept: the checks can be re-run from the file
+        if m != "plain":
+            entry["speedup"] = r["tokens_per_s"] / plain["tokens_per_s"] if plain["tokens_per_s"] else 0.0
+            entry["identical"] = r["tokens"] == plain["tokens"]
+            if check and m != "plain-again":
+                entry.update(plain_check | {"lossless_by": "plain"} if entry["identical"]
+                             else _lossless(engine, tokens, r["tokens"], "own"))
+        row["modes"][m] = entry
+    return row
 
 
 def _lossless(engine: Engine, tokens: list[int], output: list[int], by: str) -> dict:
@@ -225,10 +257,38 @@ def summarize(rows: list[dict], modes: list[str]) -> dict:
                 if es and "lossless" in es[0]:
                     d.update(lossless=all(e["lossless"] for e in es), near_ties=sum(e["near_ties"] for e in es))
             out[m] = d
+        if any(peer_modes.is_peer(m) for m in modes):
+            out["peers"] = peer_summary(rs, modes)
         return out
 
     cats = sorted({r["category"] for r in rows})
     return {"overall": block(rows), "by_category": {c: block([r for r in rows if r["category"] == c]) for c in cats}}
+
+
+def peer_summary(rows: list[dict], modes: list[str]) -> dict:
+    """Our best mode (peers.OURS_PREFERENCE: hybrid first; plain when none ran) against each peer on
+    these prompts: `ours_over_peer`, the median over prompts of ours' tokens/s over the peer's on
+    the same prompt (paired, so a slow prompt does not weigh more), and the ratio of the summed
+    tokens/s; the best peer is the one with the highest median tokens/s."""
+    ours = peer_modes.ours_mode(modes) or "plain"
+    out: dict = {"ours": ours, "by_peer": {}}
+    for m in (m for m in modes if peer_modes.is_peer(m)):
+        pairs = [(r["modes"][ours]["tokens_per_s"], r["modes"][m]["tokens_per_s"]) for r in rows]
+        ratios = [a / b for a, b in pairs if b > 0]
+        es = [r["modes"][m] for r in rows]
+        out["by_peer"][m] = {
+            "median_tokens_per_s": _median([e["tokens_per_s"] for e in es]),
+            "median_wall_tokens_per_s": _median([e.get("wall_tokens_per_s", 0.0) for e in es]),
+            "median_speedup": _median([e["speedup"] for e in es]),
+            "acceptance_rate": round(sum(e.get("accepted", 0) for e in es)
+                                     / max(1, sum(e.get("drafted", 0) for e in es)), 4),
+            "ours_over_peer": _median(ratios),
+            "ours_over_peer_sum": round(sum(a for a, _ in pairs) / max(1e-9, sum(b for _, b in pairs)), 4)}
+    if out["by_peer"]:
+        best = max(out["by_peer"], key=lambda m: out["by_peer"][m]["median_tokens_per_s"])
+        out["best_peer"] = best
+        out["ours_over_best_peer"] = out["by_peer"][best]["ours_over_peer"]
+    return out
 
 
 def write_json(result: dict, path: str | Path) -> None:

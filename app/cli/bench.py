@@ -20,7 +20,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--prompts", required=True, help="JSONL with id, prompt, optional category and format")
     b.add_argument("--max-tokens", type=int, default=128)
     b.add_argument("--draft-max", type=int, default=None)
-    b.add_argument("--mode", default="plain,fixed", help=f"comma list of {','.join(runner.MODES)}")
+    b.add_argument("--mode", default="plain,fixed",
+                   help=f"comma list of {','.join(runner.MODES)}; peers (app.bench.peers, llama-server built "
+                        f"on first use): {','.join(runner.PEER_MODES)}, e.g. upstream-dflash@7, "
+                        "upstream-lookup:ngram-simple, upstream-chain:ngram-mod+draft-dflash")
     b.add_argument("--limit", type=int, default=None, help="only the first N prompts")
     b.add_argument("--no-check", action="store_true", help="skip the teacher-forced lossless check")
     b.add_argument("--json", help="write full results here")

@@ -1,0 +1,237 @@
+"""Peer modes of `flashdesk bench` (app.bench.peers): llama.cpp's own llama-server loops and
+llama-cpp-python's prompt lookup, side by side with ours.
+
+The fast tests cover the pure parts (mode names, server flags, the /completion reply, the
+summary, the plot) and the HTTP plumbing against a stand-in server; the slow one builds the real
+llama-server from the patched tree (once, cached) and runs peers through `flashdesk bench`."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.bench import peers
+from app.bench.peers import PeerSpec, parse_completion, parse_mode
+from app.bench.runner import bench, peer_summary, summarize
+
+# --- mode names -------------------------------------------------------------------------------
+
+
+def test_mode_names_parse_to_server_flags() -> None:
+    assert parse_mode("plain") is None and parse_mode("hybrid") is None  # ours
+    assert parse_mode("upstream-plain").spec_args() == []
+    d = parse_mode("upstream-dflash")
+    assert d.needs_drafter and d.spec_args() == ["--spec-type", "draft-dflash"]  # its default length (3)
+    assert parse_mode("upstream-dflash@7").spec_args() == ["--spec-type", "draft-dflash", "--spec-draft-n-max", "7"]
+    lk = parse_mode("upstream-lookup")
+    assert lk.spec_types == (peers.DEFAULT_LOOKUP,) and not lk.needs_drafter
+    assert parse_mode("upstream-lookup:ngram-simple@8").spec_args() == [
+        "--spec-type", "ngram-simple", "--spec-ngram-simple-size-m", "8"]
+    assert parse_mode("upstream-lookup:ngram-mod@16").spec_args() == [
+        "--spec-type", "ngram-mod", "--spec-ngram-mod-n-max", "16", "--spec-ngram-mod-n-min", "12"]
+    ch = parse_mode("upstream-chain")
+    assert ch.spec_types == ("ngram-simple", "draft-dflash") and ch.needs_drafter
+    assert parse_mode("upstream-chain:ngram-mod+draft-dflash@4").spec_args() == [
+        "--spec-type", "ngram-mod,draft-dflash", "--spec-ngram-mod-n-max", "4", "--spec-ngram-mod-n-min", "3",
+        "--spec-draft-n-max", "4"]
+    py = parse_mode("llama-cpp-python-lookup")
+    assert py.k == peers.DEFAULT_PY_LOOKUP_K and not py.on_server
+    assert parse_mode("llama-cpp-python-lookup@4").k == 4
+
+
+@pytest.mark.parametrize("bad", ["upstream-lookup:ngram-foo", "upstream-lookup:draft-dflash", "upstream-dflash@0",
+                                 "upstream-dflash@x", "upstream-plain@3", "upstream-chain:ngram-mod",
+                                 "upstream-lookup:ngram-cache@4", "llama-cpp-python-lookup:ngram-mod"])
+def test_malformed_peer_names_are_refused(bad: str) -> None:
+    with pytest.raises(ValueError):
+        parse_mode(bad)
+    with pytest.raises(ValueError):  # before the engine is touched
+        bench(None, [], ["plain", bad])  # type: ignore[arg-type]
+
+
+def test_unknown_mode_lists_the_peers() -> None:
+    with pytest.raises(ValueError, match="upstream-dflash"):
+        bench(None, [], ["nonsense"])  # type: ignore[arg-type]
+
+
+# --- the server's reply ------------------------------------------------------------------------
+
+REPLY = {"content": " world", "tokens": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10], "stop_type": "limit", "tokens_evaluated": 12,
+         "timings": {"cache_n": 0, "prompt_n": 12, "prompt_ms": 20.0, "predicted_n": 10, "predicted_ms": 100.0,
+                     "predicted_per_second": 100.0, "draft_n": 9, "draft_n_accepted": 6}}
+
+
+def test_completion_reply_parses_to_a_bench_entry() -> None:
+    e = parse_completion(REPLY, wall_s=0.2)
+    assert e["tokens"] == list(range(1, 11)) and e["text"] == " world" and e["finish_reason"] == "length"
+    assert e["tokens_per_s"] == 100.0 and e["wall_tokens_per_s"] == 50.0
+    assert e["n_prompt"] == 12 and e["n_generated"] == 10
+    assert (e["drafted"], e["accepted"]) == (9, 6) and e["acceptance_rate"] == round(6 / 9, 4)
+    assert e["steps"] == 4 and e["tau"] == 2.5  # 10 tokens from 4 target passes
+    plain = parse_completion({"content": "x", "tokens": [5], "stop_type": "eos",
+                              "timings": {"predicted_n": 1, "predicted_per_second": 50.0}}, 0.1)
+    assert plain["finish_reason"] == "stop" and plain["drafted"] == 0 and plain["tau"] == 1.0
+
+
+def test_completion_request_is_a_greedy_raw_completion() -> None:
+    body = peers.completion_request([2, 10, 11], 16, ["\n\n"])
+    assert body == {"prompt": [2, 10, 11], "n_predict": 16, "temperature": 0.0, "cache_prompt": False,
+                    "stop": ["\n\n"], "return_tokens": True, "stream": False}
+
+
+# --- the summary and the plot -----------------------------------------------------------------
+
+
+def _entry(tps: float, speedup: float = 1.0, **kw: float) -> dict:
+    return {"tokens_per_s": tps, "speedup": speedup, "tau": 1.0, "identical": True, "n_generated": 8, "steps": 8,
+            "wall_tokens_per_s": tps * 0.9} | kw
+
+
+def _rows() -> list[dict]:
+    rows = []
+    for i, (cat, base) in enumerate([("code", 100.0), ("code", 50.0), ("chat", 80.0)]):
+        rows.append({"id": f"p{i}", "category": cat, "modes": {
+            "plain": {"tokens_per_s": base, "tau": 1.0, "n_generated": 8, "steps": 8},
+            "hybrid": _entry(base * 1.5, 1.5),
+            "upstream-plain": _entry(base * 0.9, 0.9),
+            "upstream-lookup": _entry(base * 1.2, 1.2, drafted=10, accepted=5)}})
+    return rows
+
+
+def test_summary_has_ours_over_each_peer_per_category() -> None:
+    modes = ["plain", "hybrid", "upstream-plain", "upstream-lookup"]
+    s = summarize(_rows(), modes)
+    for block in (s["overall"], *s["by_category"].values()):
+        p = block["peers"]
+        assert p["ours"] == "hybrid" and set(p["by_peer"]) == {"upstream-plain", "upstream-lookup"}
+        assert p["by_peer"]["upstream-lookup"]["ours_over_peer"] == 1.25
+        assert p["by_peer"]["upstream-plain"]["ours_over_peer"] == round(1.5 / 0.9, 4)
+        assert p["best_peer"] == "upstream-lookup" and p["ours_over_best_peer"] == 1.25
+        assert p["by_peer"]["upstream-lookup"]["acceptance_rate"] == 0.5
+    assert s["by_category"]["code"]["upstream-lookup"]["median_speedup"] == 1.2
+    # no mode of ours but plain: plain is compared
+    assert peer_summary(_rows(), ["plain", "upstream-plain"])["ours"] == "plain"
+    assert "peers" not in summarize(_rows(), ["plain", "hybrid"])["overall"]
+
+
+def test_plot_draws_the_peers(tmp_path: Path) -> None:
+    from app.bench.plot import plot_bench
+
+    modes = ["plain", "hybrid", "upstream-plain", "upstream-lookup"]
+    res = {"modes": modes, "prompts": _rows(), "summary": summarize(_rows(), modes)}
+    out = plot_bench(res, tmp_path / "b.png")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# --- the build entry -------------------------------------------------------------------------
+
+
+def test_server_build_is_keyed_like_the_libraries(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from native import config
+    from native import server as ns
+
+    monkeypatch.setenv("FLASHDESK_NATIVE_CACHE", str(tmp_path))
+    monkeypatch.delenv("FLASHDESK_LLAMA_SERVER", raising=False)
+    flags = ns.server_flags("cpu")
+    assert "-DGGML_NATIVE=OFF" in flags and "-DLLAMA_BUILD_SERVER=ON" in flags
+    assert "-DLLAMA_BUILD_SERVER=OFF" not in flags and "-DLLAMA_USE_PREBUILT_UI=OFF" in flags
+    assert ns.server_key("cpu") != config.build_key("cpu") and ns.server_key("cpu") == ns.server_key("cpu")
+    assert ns.server_dir("cpu").parent == tmp_path and ns.server_path("cpu") is None  # not built: no path
+    assert "llama-server" in ns.server_targets("cpu")
+
+
+# --- the HTTP plumbing against a stand-in server ----------------------------------------------
+
+STANDIN = r'''
+import json, sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+port = int(sys.argv[sys.argv.index("--port") + 1])
+class H(BaseHTTPRequestHandler):
+    def log_message(self, *a):
+        pass
+    def _send(self, obj):
+        b = json.dumps(obj).encode()
+        self.send_response(200); self.send_header("Content-Length", str(len(b))); self.end_headers()
+        self.wfile.write(b)
+    def do_GET(self):
+        self._send({"status": "ok"})
+    def do_POST(self):
+        req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        n = req["n_predict"]
+        toks = [(t + 1) % 50 for t in req["prompt"][-1:] * n][:n]
+        self._send({"content": "x" * n, "tokens": toks, "stop_type": "limit", "echo": req,
+                    "timings": {"prompt_n": len(req["prompt"]), "predicted_n": n, "predicted_per_second": 42.0,
+                                "draft_n": n, "draft_n_accepted": n // 2}})
+HTTPServer(("127.0.0.1", port), H).serve_forever()
+'''
+
+
+def test_server_peer_over_loopback_with_a_standin(tmp_path: Path) -> None:
+    exe = tmp_path / "llama-server"
+    exe.write_text(f"#!{sys.executable}\n{STANDIN}")
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    spec = parse_mode("upstream-chain")
+    with pytest.raises(ValueError, match="drafter"):
+        peers.ServerPeer(spec, exe, tmp_path / "t.gguf", None, 512, 2, 64)
+    p = peers.ServerPeer(spec, exe, tmp_path / "t.gguf", tmp_path / "d.gguf", 512, 2, 64)
+    assert p.args[p.args.index("-t") + 1] == "2" and p.args[p.args.index("-md") + 1] == str(tmp_path / "d.gguf")
+    assert p.args[p.args.index("--spec-type") + 1] == "ngram-simple,draft-dflash"
+    assert p.args[p.args.index("--host") + 1] == "127.0.0.1"
+    try:
+        p.start(timeout_s=60)
+        e = p.run([2, 7, 9], 6, ["\n"])
+    finally:
+        p.close()
+    assert p.proc is None
+    assert e["tokens"] == [10] * 6 and e["tokens_per_s"] == 42.0 and e["n_prompt"] == 3
+    assert e["drafted"] == 6 and e["accepted"] == 3 and e["wall_s"] > 0
+
+
+def test_server_that_dies_at_start_says_why(tmp_path: Path) -> None:
+    exe = tmp_path / "llama-server"
+    exe.write_text(f"#!{sys.executable}\nimport sys\nprint('error: cannot load the model')\nsys.exit(3)\n")
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    p = peers.ServerPeer(PeerSpec("upstream-plain", "upstream-plain"), exe, tmp_path / "t.gguf", None, 512, 1, 64)
+    with pytest.raises(RuntimeError, match="cannot load the model"):
+        p.start(timeout_s=30)
+
+
+# --- the real thing (slow: builds llama-server once, a few minutes on 2 cores) -----------------
+
+
+@pytest.mark.slow
+@pytest.mark.gemma
+def test_bench_runs_upstream_and_llama_cpp_python_peers(gemma_target: Path, shipped_drafter: Path,
+                                                        tmp_path: Path) -> None:
+    from app.cli import main
+    from native import server as ns
+
+    if not os.environ.get("FLASHDESK_LLAMA_SERVER"):
+        ns.build_server()  # cached after the first time
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(
+        json.dumps({"id": "code", "prompt": "def add(a, b):\n    \"\"\"Add two numbers.\"\"\"\n", "format": "raw",
+                    "category": "code"}) + "\n"
+        + json.dumps({"id": "chat", "prompt": "What is the capital of France?", "category": "chat"}) + "\n")
+    out, png = tmp_path / "bench.json", tmp_path / "bench.png"
+    modes = "plain,lookup,upstream-dflash,llama-cpp-python-lookup"
+    assert main(["bench", "--target", str(gemma_target), "--drafter", str(shipped_drafter), "--prompts", str(prompts),
+                 "--max-tokens", "16", "--threads", "2", "--mode", modes, "--json", str(out),
+                 "--plot", str(png)]) == 0
+    res = json.loads(out.read_text())
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "--spec-type" in res["peers"]["upstream-dflash"]["args"]
+    for r in res["prompts"]:
+        for m in ("upstream-dflash", "llama-cpp-python-lookup"):
+            e = r["modes"][m]
+            assert e["lossless"] is True, (m, e.get("hard_mismatches"))
+            assert e["tokens_per_s"] > 0 and e["speedup"] > 0 and 0 < len(e["tokens"]) <= 16
+        assert r["modes"]["upstream-dflash"]["n_prompt"] == r["n_prompt"]  # the same prompt tokens
+        assert r["modes"]["upstream-dflash"]["drafted"] > 0
+    p = res["summary"]["by_category"]["code"]["peers"]
+    assert p["ours"] == "lookup" and set(p["by_peer"]) == {"upstream-dflash", "llama-cpp-python-lookup"}
