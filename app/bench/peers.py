@@ -216,8 +216,10 @@ class ServerPeer:
         deadline = time.time() + timeout_s
         while time.time() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.spec.mode}: llama-server exited with {self.proc.returncode}:\n"
-                                   f"{self.log_tail()}\n(args: {' '.join(self.args)})")
+                code, tail = self.proc.returncode, self.log_tail()
+                self.close()
+                raise RuntimeError(f"{self.spec.mode}: llama-server exited with {code}:\n{tail}\n"
+                                   f"(args: {' '.join(self.args)})")
             try:
                 with urllib.request.urlopen(self.url + "/health", timeout=5) as r:
                     if r.status == 200:
@@ -225,8 +227,9 @@ class ServerPeer:
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 pass
             time.sleep(0.2)
+        tail = self.log_tail()
         self.close()
-        raise RuntimeError(f"{self.spec.mode}: llama-server not ready after {timeout_s:.0f} s:\n{self.log_tail()}")
+        raise RuntimeError(f"{self.spec.mode}: llama-server not ready after {timeout_s:.0f} s:\n{tail}")
 
     def log_tail(self, n: int = 30) -> str:
         try:
@@ -259,6 +262,7 @@ class ServerPeer:
                 self.proc.kill()
                 self.proc.wait()
         self.proc = None
+        self.log_path.unlink(missing_ok=True)  # its tail went into any error raised
 
 
 class PythonLookupPeer:
