@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from app.cli import main
+from app.scheduler import Inventory, PlanRequest, plan_split
+from app.scheduler.inventory import detect_inventory, host_spec
 from gguf_tools.shapes import write_preset
 
 
@@ -52,9 +54,27 @@ def test_plan_rejects_bad_input_with_exit_code_2(shapes: dict[str, Path], capsys
     assert "--split" in capsys.readouterr().err
 
 
-def test_plan_on_this_machine_without_a_gpu(tiny_pair: tuple[Path, Path], capsys: pytest.CaptureFixture) -> None:
+def test_plan_on_this_machine(tiny_pair: tuple[Path, Path], capsys: pytest.CaptureFixture) -> None:
+    """Without --gpu the plan is for the devices this machine has: everything on the CPU when it
+    has no GPU (or runs the CPU build), on its cards otherwise."""
     target, drafter = tiny_pair
     rc = main(["plan", "--target", str(target), "--drafter", str(drafter), "--ctx", "512", "--json"])
     out = json.loads(capsys.readouterr().out)
-    assert rc == 0 and out["strategy"] == "cpu" and out["llama"]["n_gpu_layers"] == 0
-    assert out["host"]["holds_drafter"] and out["host"]["n_layers"] == 4
+    gpus = detect_inventory().gpus
+    assert rc == 0 and out["inventory"]["sources"][0] == "ggml"
+    assert [g["name"] for g in out["inventory"]["gpus"]] == [g.name for g in gpus]
+    if not gpus:
+        assert out["strategy"] == "cpu" and out["llama"]["n_gpu_layers"] == 0
+        assert out["host"]["holds_drafter"] and out["host"]["n_layers"] == 4
+    else:  # a 1 MB pair fits any card: every layer and the output on the GPU
+        assert out["strategy"] != "cpu" and out["llama"]["n_gpu_layers"] == 5 and out["host"]["n_layers"] == 0
+        assert out["llama"]["devices"] and set(out["llama"]["devices"]) <= {g.name for g in gpus}
+
+
+def test_plan_with_no_gpu_plans_everything_on_the_cpu(tiny_pair: tuple[Path, Path]) -> None:
+    """The CPU plan on any machine: an inventory without cards (the command line cannot ask for
+    one on a machine with a GPU, so the planner is asked directly)."""
+    plan = plan_split(*tiny_pair, Inventory((), host_spec()), PlanRequest(n_ctx=512))
+    d = plan.to_dict()
+    assert d["strategy"] == "cpu" and d["llama"]["n_gpu_layers"] == 0
+    assert plan.host.holds_drafter and plan.host.n_layers == 4

@@ -13,6 +13,7 @@ from app.scheduler.inventory import (
     parse_gpu_spec,
     parse_size,
 )
+from native.ggml_devices import list_devices
 
 
 def test_sizes_read_like_people_write_them() -> None:
@@ -52,8 +53,17 @@ def test_two_cards_of_one_model_get_distinct_names() -> None:
     assert inv.sources == ("hypothetical",) and inv.host.ram_total > 0
 
 
-def test_this_build_without_a_gpu_gives_an_empty_inventory() -> None:
-    inv = detect_inventory()  # the real ggml devices of the CPU build: no GPU-like device
-    assert inv.gpus == ()
+def test_the_inventory_holds_this_builds_gpu_devices() -> None:
+    """The real ggml devices of the loaded build: every GPU-like one (a CUDA card, an RPC server)
+    and nothing else, with the memory ggml reports; none on the CPU build or a machine without a
+    card (then everything is planned on the CPU). Holds with or without a GPU; the GPU side is
+    also tested on synthetic devices (tests/test_gpu_load_path.py)."""
+    devices = [d for d in list_devices() if d.type in ("gpu", "igpu")]
+    inv = detect_inventory()
+    assert [g.handle for g in inv.gpus] == [d.handle for d in devices]
+    assert [(g.memory_total, g.description) for g in inv.gpus] == [(d.memory_total, d.description) for d in devices]
+    assert all(not g.hypothetical and 0 < g.memory_free <= g.memory_total for g in inv.gpus)
+    if not devices:
+        assert inv.gpus == ()
     assert inv.host.ram_total >= inv.host.ram_free > 0
     assert "ggml" in inv.sources

@@ -12,7 +12,7 @@ from app.engine.llama_objects import ModelPlacement
 from app.errors import ModelLoadError
 from app.scheduler.apply import engine_config
 from app.scheduler.errors import PlanInputError
-from app.scheduler.inventory import detect_inventory
+from app.scheduler.inventory import Inventory, detect_inventory
 from app.scheduler.plan import SplitPlan
 from app.scheduler.planner import PlanRequest, plan_split
 from gguf_tools.pair import PairReport, check_pair
@@ -93,23 +93,28 @@ def load_engine(spec: ModelSpec, progress: Callable[[str, float], bool] | None =
     """Open the pair; errors (missing file, PairMismatch, ...) name the file and the problem.
     `checked`: check_spec's report, when the caller checked before giving up another pair."""
     pair = checked if checked is not None else check_spec(spec)
+    return Engine(spec.target, spec.drafter, engine_config_for(spec), progress=progress, pair=pair)
+
+
+def engine_config_for(spec: ModelSpec, inventory: Inventory | None = None) -> EngineConfig:
+    """The load parameters of a spec: on the CPU, or (device "gpu") the layer-split plan's on
+    `inventory` (default: the devices this machine has). A plan that cannot be loaded (it does
+    not fit, it is for hypothetical cards, its drafter cannot reach the output head) is a
+    ModelLoadError naming the target."""
     if spec.device == DEVICE_GPU:
-        plan = plan_for(spec)
+        plan = plan_for(spec, inventory)
         try:
-            cfg = engine_config(plan, n_threads=spec.n_threads)
+            return engine_config(plan, n_threads=spec.n_threads)
         except PlanInputError as e:
             raise ModelLoadError(f"{spec.target}: no GPU placement: {e}") from None
-    else:
-        cpu = ModelPlacement(n_gpu_layers=0)
-        cfg = EngineConfig(n_ctx=spec.n_ctx, n_threads=spec.n_threads, target_placement=cpu,
-                           drafter_placement=cpu)
-    return Engine(spec.target, spec.drafter, cfg, progress=progress, pair=pair)
+    cpu = ModelPlacement(n_gpu_layers=0)
+    return EngineConfig(n_ctx=spec.n_ctx, n_threads=spec.n_threads, target_placement=cpu, drafter_placement=cpu)
 
 
-def plan_for(spec: ModelSpec) -> SplitPlan:
-    """The layer-split plan for this pair on the devices this machine has (the GPU split plan panel
-    shows it; loading on the GPU applies it)."""
-    return plan_split(spec.target, spec.drafter, detect_inventory(),
+def plan_for(spec: ModelSpec, inventory: Inventory | None = None) -> SplitPlan:
+    """The layer-split plan for this pair on `inventory` (default: the devices this machine has;
+    the GPU split plan panel shows it; loading on the GPU applies it)."""
+    return plan_split(spec.target, spec.drafter, detect_inventory() if inventory is None else inventory,
                       PlanRequest(n_ctx=spec.n_ctx, split=tuple(spec.split) if spec.split else None))
 
 
