@@ -10,6 +10,7 @@ import pytest
 from hub_standin import HubStandIn  # tests/ is on sys.path (pytest rootdir conftest)
 
 from app.cli import main as flashdesk
+from app.hub import vram
 from app.hub.catalog import CatalogError, find_entry, load_catalog
 from app.hub.download import Downloader, OfflineError
 from app.hub.install import InstallResult, NotAvailable, install_pair, pair_status
@@ -99,13 +100,32 @@ def test_vram_estimate_grows_with_context_and_respects_sliding_windows() -> None
 def test_vram_from_the_scheduler_when_the_files_are_here(gemma_target: Path, gemma_random_drafter: Path) -> None:
     g = find_entry(load_catalog(), "gemma3-270m")
     est = estimate_vram(g, 8192, gemma_target, gemma_random_drafter)
-    if est.source != "scheduler":
-        pytest.skip("app.scheduler is not importable in this checkout")
-    assert not est.approximate and est.kv > 0 and est.drafter > 0
+    assert est.source == "scheduler" and not est.approximate and est.kv > 0 and est.drafter > 0
     # the catalog formula lands near the scheduler's figure (the drafter's size added to it)
     approx = estimate_from_catalog(g, 8192)
     approx_total = approx.total + gemma_random_drafter.stat().st_size
     assert abs(approx_total - est.total) / est.total < 0.15
+
+
+def test_vram_falls_back_to_the_catalog_only_for_files_the_planner_cannot_size(
+        tiny_pair: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    entry = find_entry(load_catalog(), "gemma3-270m")
+    target, drafter = tiny_pair
+    assert estimate_vram(entry, 512, target, drafter).source == "scheduler"
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF but not really")
+    missing = tmp_path / "missing.gguf"
+    for t in (bad, missing):  # a file it cannot read: the catalog's formula
+        est = estimate_vram(entry, 512, t, drafter)
+        assert est.source == "catalog" and est == estimate_from_catalog(entry, 512)
+
+    def broken_planner(*_a, **_kw):  # noqa: ANN002, ANN003, ANN202
+        raise ZeroDivisionError("a planner bug")
+
+    # a bug in the planner is not a file problem: it surfaces instead of becoming an estimate
+    monkeypatch.setattr(vram, "plan_split", broken_planner)
+    with pytest.raises(ZeroDivisionError, match="a planner bug"):
+        estimate_vram(entry, 512, target, drafter)
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import pytest
 
 from app.scheduler import HostSpec, Inventory, PlanRequest, parse_gpu_spec, plan_split
 from app.scheduler.inventory import GiB, unique_names
-from app.ui.plan_view import PlanView
+from app.ui.plan_view import SEGMENTS, DeviceBar, PlanView
 from gguf_tools.shapes import write_preset
 
 
@@ -36,8 +36,33 @@ def test_one_bar_per_device_filled_by_kind(qtbot, plan_70b) -> None:  # noqa: AN
     assert "drafter" in view.captions["RTX3090#1"].text() and "output head" in view.captions["RTX3090#1"].text()
     assert view.verdict.text().startswith("<b>fits</b>")
     assert view.ratio_edit.text() == ",".join(f"{x:g}" for x in plan_70b.tensor_split)
-    view.show()
-    assert not view.grab().isNull()  # paints without error
+
+
+def _run_lengths(bar: DeviceBar, width: int = 402) -> dict[str, int]:
+    """Pixels of each colour along the bar's middle row, as it paints itself."""
+    bar.resize(width, 22)
+    img = bar.grab().toImage()
+    out: dict[str, int] = {}
+    for x in range(img.width()):
+        c = img.pixelColor(x, img.height() // 2).name().upper()
+        out[c] = out.get(c, 0) + 1
+    return out
+
+
+def test_a_device_bar_paints_each_kind_in_proportion(qtbot) -> None:  # noqa: ANN001
+    bar = DeviceBar()
+    qtbot.addWidget(bar)
+    colours = {label: colour for label, colour, _ in SEGMENTS}
+    bar.set_bytes(10 * GiB, {"weights": 5 * GiB, "kv": 2 * GiB, "compute": GiB, "margin": GiB})
+    px = _run_lengths(bar)
+    # 400 px of inner width for 10 GiB: 200, 80, 40, 40 px, and a tenth left free
+    for label, want in (("weights", 200), ("KV", 80), ("compute", 40), ("margin", 40)):
+        assert abs(px.get(colours[label], 0) - want) <= 2, (label, px)
+    assert colours["drafter"] not in px and abs(px.get("#F2F2F2", 0) - 40) <= 2 and not bar.overflows
+    # an overflow runs past the free-memory mark, drawn in red
+    bar.set_bytes(5 * GiB, {"weights": 10 * GiB})
+    px = _run_lengths(bar)
+    assert bar.overflows and px.get("#D62728", 0) >= 1 and px.get("#F2F2F2", 0) == 0
 
 
 def test_override_emits_shares_and_automatic(qtbot, plan_70b) -> None:  # noqa: ANN001

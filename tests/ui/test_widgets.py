@@ -44,12 +44,37 @@ def test_acceptance_chart_bar_heights_follow_the_rates(qtbot):
     assert full > 0 and abs(half / full - 0.5) < 0.1
 
 
-def test_sparkline_draws_the_series(qtbot):
+def _row_of(img: QImage, green: bool) -> float:
+    """The mean row of the drawn pixels, weighted by how dark they are: the green series line
+    (green=True) or the grey dashed baseline (green=False; the bottom rule excluded)."""
+    bg = img.pixelColor(0, 0)
+    rows = weights = 0.0
+    for y in range(img.height() - 2):
+        for x in range(img.width()):
+            c = img.pixelColor(x, y)
+            if c == bg or (c.green() > max(c.red(), c.blue())) != green:  # the grey has more blue
+                continue
+            w = (bg.red() + bg.green() + bg.blue()) - (c.red() + c.green() + c.blue())
+            rows, weights = rows + y * w, weights + w
+    assert weights > 0, "nothing drawn"
+    return rows / weights
+
+
+def test_sparkline_draws_the_series_against_the_baseline(qtbot):
     s = Sparkline()
     qtbot.addWidget(s)
-    blank = _render(s)
-    s.set_data([10, 20, 15, 30], baseline=12.0)
-    assert _render(s) != blank
+    for value, baseline in ((30, 10.0), (5, 20.0)):  # flat series above, then below the baseline
+        s.set_data([value] * 3, baseline=baseline)
+        img = _render(s)
+        h, top = img.height(), max(value, baseline) * 1.1  # the scale leaves 10% above the highest value
+        assert abs(_row_of(img, True) - ((h - 2) - (h - 6) * value / top)) <= 1.0
+        assert abs(_row_of(img, False) - ((h - 2) - (h - 6) * baseline / top)) <= 1.0
+    s.set_data([10, 20, 30], baseline=None)  # a rising series: its right end is higher (a smaller row)
+    img = _render(s)
+    w = img.width()
+    left = [y for y in range(img.height()) if img.pixelColor(2, y).green() - img.pixelColor(2, y).red() > 15]
+    right = [y for y in range(img.height()) if img.pixelColor(w - 3, y).green() - img.pixelColor(w - 3, y).red() > 15]
+    assert left and right and min(right) < min(left)
 
 
 def test_stats_panel_shows_the_numbers_it_is_given(qtbot):
