@@ -20,7 +20,7 @@ from typing import Any
 
 from gguf.constants import GGMLQuantizationType
 
-from gguf_tools.reader import _SCALAR, GGUF_MAGIC, GGUFInfo, read_gguf
+from gguf_tools.reader import GGUF_MAGIC, SCALAR_FORMATS, GGUFInfo, read_gguf
 
 _STRING, _ARRAY = 8, 9
 _BOOL, _U32, _I32, _F32, _I64 = 7, 4, 5, 6, 11
@@ -42,7 +42,7 @@ def _infer_type(value: Any) -> tuple[int, int | None]:
 
 
 def _scalar(vtype: int, value: Any) -> bytes:
-    return struct.pack(_SCALAR[vtype], value)
+    return struct.pack(SCALAR_FORMATS[vtype], value)
 
 
 def _string(s: str) -> bytes:
@@ -51,7 +51,7 @@ def _string(s: str) -> bytes:
 
 
 def _value(vtype: int, sub: int | None, value: Any) -> bytes:
-    if vtype in _SCALAR:
+    if vtype in SCALAR_FORMATS:
         return _scalar(vtype, value)
     if vtype == _STRING:
         return _string(value)

@@ -25,11 +25,12 @@ from gguf_tools.errors import ModelLoadError, excerpt
 GGUF_MAGIC = b"GGUF"
 _SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 _STRING, _ARRAY = 8, 9
+SCALAR_FORMATS = _SCALAR  # GGUF scalar value type -> struct format (gguf_tools.edit writes with them)
 # arrays longer than this stay raw until asked for (token lists, merges, scores)
 _EAGER_ARRAY_MAX = 4096
 # past these a value in the header is not a model's but a corrupt byte's
 _KEY_MAX_BYTES = 1 << 16  # keys are dotted names of tens of bytes
-_NAME_MAX_BYTES = 1 << 10  # tensor names (llama.cpp allows 63)
+_NAME_MAX_BYTES = 63  # tensor names: ggml's GGML_MAX_NAME is 64 with the NUL
 _TENSOR_MAX_BYTES = 1 << 44  # 16 TiB in one tensor
 _DIM_MAX = 1 << 40
 
@@ -231,6 +232,8 @@ def _parse_buf(path: Path, buf: memoryview, size: int) -> GGUFInfo:
     try:
         for i in range(n_kv):
             key = read_str(f"metadata key {i}", _KEY_MAX_BYTES)
+            if key in vtypes:
+                raise _fail(path, f"metadata key {excerpt(key)} appears twice (corrupt header)")
             need(4)
             vtype = int.from_bytes(buf[pos:pos + 4], "little")
             pos += 4
@@ -258,13 +261,17 @@ def _parse_buf(path: Path, buf: memoryview, size: int) -> GGUFInfo:
             else:
                 raise _fail(path, f"unknown metadata value type {vtype} for key {excerpt(key)} (corrupt header)")
         tensors_raw = []
+        names: set[str] = set()
         for i in range(n_tensors):
             name = read_str(f"the name of tensor {i}", _NAME_MAX_BYTES)
+            if name in names:
+                raise _fail(path, f"tensor {excerpt(name)} appears twice (corrupt header)")
+            names.add(name)
             need(4)
             nd = int.from_bytes(buf[pos:pos + 4], "little")
             pos += 4
-            if nd > 8:
-                raise _fail(path, f"tensor {excerpt(name)} has {nd:,} dimensions (at most 4 expected: corrupt header)")
+            if nd > 4:
+                raise _fail(path, f"tensor {excerpt(name)} has {nd:,} dimensions (at most 4: corrupt header)")
             need(8 * nd + 12)
             dims = struct.unpack_from(f"<{nd}Q", buf, pos)
             pos += 8 * nd
@@ -275,7 +282,8 @@ def _parse_buf(path: Path, buf: memoryview, size: int) -> GGUFInfo:
         raise _fail(path, "the header is truncated or corrupt") from None
 
     align = meta.get("general.alignment", 32)
-    if isinstance(align, bool) or not isinstance(align, int) or not 1 <= align <= 1 << 16 or align & (align - 1):
+    if ("general.alignment" in vtypes and vtypes["general.alignment"] != (4, None)) or not isinstance(align, int) \
+            or not 1 <= align <= 1 << 16 or align & (align - 1):
         raise _fail(path, f"general.alignment = {excerpt(align)} is not usable (allowed: a power of two, "
                           f"1..65536): corrupt header")
     data_offset = pos + (-pos % align)
@@ -299,6 +307,9 @@ def _parse_buf(path: Path, buf: memoryview, size: int) -> GGUFInfo:
         if dims and dims[0] % block:
             raise _fail(path, f"tensor {excerpt(name)} has rows of {dims[0]:,} values, not a multiple of the "
                               f"{qt.name} block of {block}: corrupt header")
+        if off != packed - data_offset:  # llama.cpp's reader requires the tensors back to back, in order
+            raise _fail(path, f"tensor {excerpt(name)} has its data at offset {off:,} of the data section, "
+                              f"expected {packed - data_offset:,} (corrupt header)")
         tensors.append(TensorInfo(name, tuple(dims), qt.name, n_el, nbytes, off))
         packed += nbytes + (-nbytes % align)
         if data_offset + off + nbytes > end_needed:
@@ -316,6 +327,12 @@ def _parse_buf(path: Path, buf: memoryview, size: int) -> GGUFInfo:
 @lru_cache(maxsize=32)
 def _cached(path: str, mtime_ns: int, size: int) -> GGUFInfo:
     return _parse(Path(path))
+
+
+def parse_gguf(path: str | os.PathLike[str]) -> GGUFInfo:
+    """read_gguf without its cache: parses the file as it is now (a file rewritten within one
+    mtime tick is read again)."""
+    return _parse(Path(path).expanduser())
 
 
 def read_gguf(path: str | os.PathLike[str]) -> GGUFInfo:

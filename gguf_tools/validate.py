@@ -43,6 +43,14 @@ SHAPED_ARCHS = frozenset({"llama", "qwen2", "qwen3", "gemma", "gemma2", "gemma3"
 # problems listed in one error message (each problem is one line)
 _MAX_LISTED = 4
 _BLOCK = re.compile(r"^blk\.(\d+)\.")
+_NAME = re.compile(r"^[A-Za-z0-9_.]+$")
+# tensors outside the blocks that llama.cpp loads for SHAPED_ARCHS (any other one fails its tensor count)
+_GLOBAL_TENSORS = frozenset({
+    "token_embd", "token_embd_norm", "output_norm", "output", "rope_freqs", "rope_factors_long",
+    "rope_factors_short", "dense_2", "dense_3", "fc", "enc.output_norm", "d2t", "markov_w1", "markov_w2",
+    "conf_proj", "selector_predecessor", "selector_successor", "selector_hidden", "output_hc_fn",
+    "output_hc_base", "output_hc_scale", "output_hc_norm", "output_hc_down", "output_hc_up"})
+_REQUIRED_GLOBAL = {"dflash": ("fc.weight", "enc.output_norm.weight", "output_norm.weight")}
 
 
 @dataclass(frozen=True)
@@ -152,6 +160,8 @@ def model_problems(info: GGUFInfo) -> list[Problem]:
         hd_v = c.int_key(f"{arch}.attention.value_length", 1, MAX_HEAD_DIM, required=False)
         if shaped and n_embd is not None and heads is not None and not c.problems:
             _layer_shapes(c, n_layer, n_embd, heads, kv or heads, n_ff, hd_k, hd_v)
+    if shaped and not c.problems:
+        _tensor_names(c, arch, n_blocks)
     if shaped and n_embd is not None and not c.problems:
         _global_shapes(c, arch, n_embd, n_vocab)
     if arch == "dflash":
@@ -179,6 +189,41 @@ def _vocab(c: _Checker) -> int | None:
     return n
 
 
+def _tensor_names(c: _Checker, arch: str, n_blocks: int) -> None:
+    """Every tensor is one llama.cpp loads (it refuses a file with a tensor it does not use or without
+    one it needs): the same tensors in every block, known ones outside them."""
+    per_block: dict[int, dict[str, tuple[int, ...]]] = {}
+    for t in c.info.tensors:
+        if not _NAME.match(t.name):
+            c.add(t.name, f"tensor name {excerpt(t.name)} is not a tensor name (corrupt header)")
+            return
+        m = _BLOCK.match(t.name)
+        if m:
+            per_block.setdefault(int(m.group(1)), {})[t.name[m.end():]] = tuple(t.shape)
+            continue
+        base = t.name.removesuffix(".weight").removesuffix(".bias").removesuffix(".scale")
+        if base not in _GLOBAL_TENSORS:
+            c.add(t.name, f"tensor {excerpt(t.name)} is not one a {arch} model has (llama.cpp would refuse "
+                          f"the file)")
+            return
+    for name in _REQUIRED_GLOBAL.get(arch, ("output_norm.weight", "token_embd.weight")):
+        if name not in c.tensors:
+            c.add(name, f"tensor {name} is missing (a {arch} model needs it)")
+            return
+    if not per_block:
+        return
+    # the set (and, for uniform hyperparameters, the shapes) most blocks have is the model's
+    sets = [frozenset(b) for b in per_block.values()]
+    common = max(set(sets), key=sets.count)
+    for i in range(n_blocks):
+        have = frozenset(per_block.get(i, {}))
+        if have != common:
+            odd = sorted(have ^ common)[:2]
+            c.add(f"blk.{i}", f"block {i} has other tensors than the rest ({', '.join(f'blk.{i}.{x}' for x in odd)}"
+                              f"): corrupt, or not a {arch} model llama.cpp can load")
+            return
+
+
 def _layer_shapes(c: _Checker, n_layer: int, n_embd: int, heads: list[int], kv: list[int],
                   n_ff: list[int] | None, hd_k: int | None, hd_v: int | None) -> None:
     """Each block's attention and feed-forward tensors against the head counts and sizes (first mismatch)."""
@@ -198,8 +243,19 @@ def _layer_shapes(c: _Checker, n_layer: int, n_embd: int, heads: list[int], kv: 
             checks += [(f"blk.{i}.ffn_gate.weight", (n_embd, n_ff[i]), fwhy),
                        (f"blk.{i}.ffn_up.weight", (n_embd, n_ff[i]), fwhy),
                        (f"blk.{i}.ffn_down.weight", (n_ff[i], n_embd), fwhy)]
+        for norm in ("attn_q_norm.weight", "attn_k_norm.weight"):
+            checks.append((f"blk.{i}.{norm}", (dk,), f"head size {dk}"))
         if not all(c.shape(*x) for x in checks):  # the first mismatch says it: one value is wrong
             return
+    # with one value per hyperparameter every block has the same shapes: the first block's
+    if len(set(heads)) == len(set(kv)) == 1 and (n_ff is None or len(set(n_ff)) == 1):
+        first = {t.name[len("blk.0."):]: t.shape for t in c.info.tensors if t.name.startswith("blk.0.")}
+        for t in c.info.tensors:
+            m = _BLOCK.match(t.name)
+            if m and m.group(1) != "0" and first.get(t.name[m.end():], t.shape) != t.shape:
+                c.add(t.name, f"tensor {t.name} has shape {list(t.shape)}, its block 0 twin "
+                              f"{list(first[t.name[m.end():]])} (one value per layer in the metadata)")
+                return
 
 
 def _global_shapes(c: _Checker, arch: str, n_embd: int, n_vocab: int | None) -> None:

@@ -78,42 +78,49 @@ def _variants(target: Path, drafter: Path, out: Path, n: int, rng: np.random.Gen
             yield f"{key}={v}", "target", copy_gguf(target, name("t-meta"), meta={key: v}, sparse=True)
     for key, values in META_DRAFTER.items():
         for v in values:
-            yield f"{key}={v}", "drafter", copy_gguf(drafter, name("d-meta"), meta={key: v})
+            yield f"{key}={v}", "drafter", copy_gguf(drafter, name("d-meta"), meta={key: v}, sparse=True)
     layers = list(read_gguf(drafter).get("dflash.target_layers"))
     for bad in ([*layers[:-1], 18], [*layers[:-1], 600], [layers[0], layers[0], *layers[2:]], [*layers, 3],
                 layers[:1]):
         yield f"target_layers={bad}", "drafter", copy_gguf(drafter, name("d-layers"),
-                                                           meta={"dflash.target_layers": bad})
+                                                           meta={"dflash.target_layers": bad}, sparse=True)
     d2t = read_d2t(read_gguf(drafter))
     for bad_id in (262144, -1, 2**40, 300000):
         ids = d2t.copy()
         ids[int(rng.integers(0, ids.size))] = bad_id
-        yield f"d2t id {bad_id}", "drafter", copy_gguf(drafter, name("d-d2t"),
+        yield f"d2t id {bad_id}", "drafter", copy_gguf(drafter, name("d-d2t"), sparse=True,
                                                         tensor_bytes={"d2t": ids.astype(np.int64).tobytes()})
     # truncations and byte flips fill the rest
-    sources = {"target": copy_gguf(target, out / "base-target.gguf", sparse=True), "drafter": drafter}
+    # (sparse copies: the header is real, the data a hole of the right length; the d2t keeps its bytes)
+    sources = {"target": copy_gguf(target, out / "base-target.gguf", sparse=True),
+               "drafter": copy_gguf(drafter, out / "base-drafter.gguf", sparse=True,
+                                    tensor_bytes={"d2t": d2t.astype(np.int64).tobytes()})}
     infos = {r: read_gguf(p) for r, p in sources.items()}
+    headers = {r: bytearray(p.read_bytes()[:infos[r].data_offset]) for r, p in sources.items()}
     while k < n:
         role = "target" if rng.random() < 0.5 else "drafter"
-        src, info = sources[role], infos[role]
-        raw = bytearray(src.read_bytes()) if role == "drafter" else None
+        info, raw = infos[role], bytearray(headers[role])
         kind = rng.choice(["truncate", "flip-kv", "flip-tensor-info"])
         p = name(f"{role[0]}-{kind}")
+        size = info.file_size
         if kind == "truncate":
-            cut = int(rng.integers(24, info.file_size))
-            with open(src, "rb") as f:
-                data = f.read(cut)
-            p.write_bytes(data)
-            yield f"truncated at {cut}", role, p
-            continue
-        if raw is None:
-            raw = bytearray(src.read_bytes())
-        kv_end = _tensor_info_start(raw)
-        lo, hi = (24, kv_end) if kind == "flip-kv" else (kv_end, info.data_offset)
-        at = int(rng.integers(lo, max(lo + 1, hi)))
-        raw[at] ^= int(rng.integers(1, 256))
-        p.write_bytes(raw)
-        yield f"{kind} at {at}", role, p
+            size = int(rng.integers(24, info.file_size))
+            label = f"truncated at {size}"
+        else:
+            kv_end = _tensor_info_start(raw)
+            lo, hi = (24, kv_end) if kind == "flip-kv" else (kv_end, info.data_offset)
+            at = int(rng.integers(lo, max(lo + 1, hi)))
+            raw[at] ^= int(rng.integers(1, 256))
+            label = f"{kind} at {at}"
+        with open(p, "wb") as f:
+            f.write(raw[:size])
+            f.truncate(size)
+        if role == "drafter" and size == info.file_size:  # the d2t's bytes, as in the source
+            t = info.tensor("d2t")
+            with open(p, "r+b") as f:
+                f.seek(info.data_offset + t.offset)
+                f.write(d2t.astype(np.int64).tobytes())
+        yield label, role, p
 
 
 def _tensor_info_start(raw: bytearray) -> int:

@@ -27,7 +27,7 @@ from app.errors import ModelLoadError, PairMismatch
 from gguf_tools.__main__ import main as tools
 from gguf_tools.edit import copy_gguf
 from gguf_tools.pair import check_pair
-from gguf_tools.reader import _parse, read_gguf
+from gguf_tools.reader import parse_gguf, read_gguf
 from gguf_tools.validate import model_problems
 
 TAPS = ("qwen3", "llama", "gemma3")
@@ -210,7 +210,7 @@ def test_a_flipped_header_byte_gives_a_short_message(tmp_path: Path) -> None:
                 f.write(bytes([old[0] ^ 0x5A]))
                 f.flush()
                 try:
-                    _parse(copy)
+                    parse_gguf(copy)
                 except ModelLoadError as e:
                     messages.append(str(e))
                 f.seek(at)
@@ -233,7 +233,7 @@ def test_header_fuzz_messages_are_short(tiny_pair: tuple[Path, Path], tmp_path: 
         b[at] ^= int(rng.integers(1, 256))
         p.write_bytes(bytes(b))
         try:
-            model_problems(_parse(p))
+            model_problems(parse_gguf(p))
         except ModelLoadError as e:
             n_err += 1
             _short(str(e))

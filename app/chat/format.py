@@ -181,7 +181,10 @@ def prompt_format_of(model: LlamaModel) -> PromptFormat:
     eos_id = model.meta("tokenizer.ggml.eos_token_id")
     if template and eos_id is not None:
         try:
-            eos = model.token_to_piece(int(eos_id), special=True).decode("utf-8", "replace")
+            tid = int(eos_id)
+            # an id past the vocabulary would throw std::out_of_range through the C API (an abort)
+            eos = model.token_to_piece(tid, special=True).decode("utf-8", "replace") if 0 <= tid < model.n_vocab \
+                else ""
         except (ValueError, FlashDeskError):
             eos = ""
     # BOS comes from tokenization (add_special), so the template gets an empty bos_token: no double BOS
