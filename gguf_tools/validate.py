@@ -155,7 +155,7 @@ def model_problems(info: GGUFInfo) -> list[Problem]:
                           f"{arch}.attention.head_count_kv = {k} for layer {i}, with {h} attention heads "
                           f"(allowed: a divisor of the head count, 1..{h})")
                     break
-        n_ff = c.per_layer(f"{arch}.feed_forward_length", n_layer, 0, MAX_FF, required=False)
+        n_ff = c.per_layer(f"{arch}.feed_forward_length", n_layer, 1 if shaped else 0, MAX_FF, required=False)
         hd_k = c.int_key(f"{arch}.attention.key_length", 1, MAX_HEAD_DIM, required=False)
         hd_v = c.int_key(f"{arch}.attention.value_length", 1, MAX_HEAD_DIM, required=False)
         if shaped and n_embd is not None and heads is not None and not c.problems:

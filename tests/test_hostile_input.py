@@ -51,6 +51,7 @@ def _short(msg: str) -> str:
     ("gemma3.embedding_length", 641, "tensor blk.0.attn_q.weight has shape [640, 1024]"),
     ("gemma3.attention.key_length", 128, "tensor blk.0.attn_q.weight has shape [640, 1024]"),
     ("gemma3.feed_forward_length", 2047, "tensor blk.0.ffn_gate.weight has shape [640, 2048]"),
+    ("gemma3.feed_forward_length", 0, "gemma3.feed_forward_length = 0"),
     ("gemma3.context_length", 0, "gemma3.context_length = 0"),
 ])
 def test_target_with_absurd_metadata_is_refused_everywhere(gemma_target: Path, tmp_path: Path, key: str,
@@ -408,3 +409,22 @@ def test_links_that_cannot_be_walked_are_listed_with_their_reason(tmp_path: Path
     assert reasons[str(root / "loop.txt")] == "a symbolic link that loops: skipped"
     assert reasons[str(root / "gone.md")] == "a broken symbolic link: skipped"
     assert "not followed" in reasons[str(root / "again")]
+
+
+def test_what_llama_cpp_would_refuse_is_never_compatible(tiny_pair: tuple[Path, Path], tmp_path: Path) -> None:
+    """Files llama.cpp's own reader or loader refuses (found by scripts/fuzz_gguf.py among byte flips that
+    `pair` called compatible): a tensor's data out of sequence, a renamed tensor, a block unlike the rest."""
+    t, d = tiny_pair
+    moved = copy_gguf(t, tmp_path / "moved.gguf", shapes={"blk.1.attn_q.weight": (64, 128)})
+    with pytest.raises(ModelLoadError, match="expected") as ei:
+        read_gguf(moved)
+    assert "has its data at offset" in _short(str(ei.value))  # the tensor after the resized one
+    raw = d.read_bytes()
+    for old, new in ((b"blk.1.ffn_up.weight", b"blk.1.ffn_uq.weight"), (b"output_norm.weight", b"outpvt_norm.weight"),
+                     (b"blk.1.ffn_up.weight", b"blk.1.ffn\x01up.weight")):
+        old, new = (len(old).to_bytes(8, "little") + x for x in (old, new))  # the name with its length field
+        assert raw.count(old) == 1
+        bad = tmp_path / f"renamed-{len(list(tmp_path.iterdir()))}.gguf"
+        bad.write_bytes(raw.replace(old, new))
+        rep = check_pair(t, bad, tap_archs=TAPS)
+        assert not rep.ok and not rep.check("drafter_metadata").ok, rep.check("drafter_metadata").detail
