@@ -1,5 +1,5 @@
 """Shared fixtures: tiny random pairs (written once per session), the bundled
-Gemma 3 270M target and a random drafter that fits it."""
+Gemma 3 270M target, a random drafter that fits it and the shipped drafter."""
 
 from __future__ import annotations
 
@@ -54,6 +54,26 @@ def gemma_engine(gemma_target: Path, gemma_random_drafter: Path):
     from app.engine.dflash import Engine, EngineConfig
 
     e = Engine(gemma_target, gemma_random_drafter, EngineConfig(n_ctx=2048))
+    yield e
+    e.close()
+
+
+@pytest.fixture(scope="session")
+def shipped_drafter() -> Path:
+    """The drafter FlashDesk ships (assets/drafters/gemma3-270m-dflash.gguf, Q8_0)."""
+    from app.bundled import DEFAULT_DRAFTER, default_drafter
+
+    d = default_drafter()
+    assert d is not None, f"{DEFAULT_DRAFTER} is missing: it is committed with the repository"
+    return d
+
+
+@pytest.fixture(scope="session")
+def gemma_shipped_engine(gemma_target: Path, shipped_drafter: Path):
+    """The bundled pair as the app loads it: Gemma 3 270M Q4_K_M + the shipped drafter."""
+    from app.engine.dflash import Engine, EngineConfig
+
+    e = Engine(gemma_target, shipped_drafter, EngineConfig(n_ctx=2048))
     yield e
     e.close()
 
