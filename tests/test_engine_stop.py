@@ -38,3 +38,4 @@ def test_a_stop_string_mid_block_ends_the_reply_at_the_same_token_as_plain(gemma
     assert plain.text == head and spec.text == plain.text
     assert spec.tokens == plain.tokens and spec.stats.n_generated == len(plain.tokens) == 9
     assert spec.stats.steps < len(plain.tokens)  # it did verify blocks
+    assert spec.stats.n_generated - spec.stats.accepted == spec.stats.steps  # one target token per step

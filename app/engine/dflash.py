@@ -271,9 +271,12 @@ class Engine:
                 n_past += len(emitted)
                 anchor = emitted[-1]
                 text, n_reply = self._push_text(stream, emitted)
+                # a reply cut by a stop string counts its last token as the target's own, so that
+                # tokens = accepted drafts + one per step holds for the stats (the policy sees n_acc)
+                a_reply = min(n_acc, n_reply - 1)
                 n_out += n_reply
                 t_now = time.perf_counter()
-                st.record_step(choice.source, choice.k, n_acc, n_reply, t_now - t_step)
+                st.record_step(choice.source, choice.k, a_reply, n_reply, t_now - t_step)
                 st.t_decode_s = t_now - t_loop
                 st.t_total_s = t_now - t_start
                 policy.observe(choice, n_acc, StepTiming(
@@ -285,7 +288,7 @@ class Engine:
                     finish = FINISH_LENGTH
                 if finish is not None:
                     text += stream.finish()
-                yield GenerationEvent(text, emitted[:n_reply], ([True] * n_acc + [False])[:n_reply], st, finish,
+                yield GenerationEvent(text, emitted[:n_reply], [True] * a_reply + [False], st, finish,
                                       choice.source)
         except BaseException:
             # an error or an abandoned generator leaves caches we cannot vouch for
