@@ -238,11 +238,7 @@ def build(variant: str, force: bool = False, jobs: int | None = None) -> Path:
             shutil.copy2(f, lib / f.name, follow_symlinks=False)
     if not any(lib.glob("libllama*")):
         raise BuildError(f"the build produced no libllama in {bdir / 'bin'}; full log: {log_file}")
-    info = {
-        "llama_cpp_python": config.LLAMA_CPP_PYTHON_VERSION,
-        "llama_cpp_commit": LLAMA_CPP_COMMIT,
-        "patch_hash": config.patch_hash(),
-        "patches": [p.name for p in config.patch_files()],
+    publish(work, staged, out, {
         "variant": variant,
         "cmake_flags": config.VARIANT_FLAGS[variant] + extra,
         "tap_architectures": tap_archs,
@@ -250,15 +246,22 @@ def build(variant: str, force: bool = False, jobs: int | None = None) -> Path:
         "runtime_libs": runtime_libs,
         "build_seconds": round(seconds, 1),  # of this run: a resumed build counts only the rest
         "resumed": resumed,
-        "built_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
-    }
-    (staged / "build_info.json").write_text(json.dumps(info, indent=2))
-    shutil.rmtree(out, ignore_errors=True)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staged.rename(out)  # atomic: a half-finished build never looks cached
-    shutil.rmtree(work, ignore_errors=True)
+    })
     log(f"built {variant} in {seconds:.0f} s -> {out}")
     return out
+
+
+def publish(work: Path, staged: Path, out: Path, info: dict) -> None:
+    """Record a build in staged/build_info.json (the source facts every build shares, then `info`)
+    and move it to its cache folder `out`: atomic, so a half-finished build never looks cached."""
+    record = {"llama_cpp_python": config.LLAMA_CPP_PYTHON_VERSION, "llama_cpp_commit": LLAMA_CPP_COMMIT,
+              "patch_hash": config.patch_hash(), "patches": [p.name for p in config.patch_files()],
+              **info, "built_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    (staged / "build_info.json").write_text(json.dumps(record, indent=2))
+    shutil.rmtree(out, ignore_errors=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staged.rename(out)
+    shutil.rmtree(work, ignore_errors=True)
 
 
 def install_python_packages() -> None:

@@ -110,24 +110,14 @@ def build_server(variant: str | None = None, force: bool = False, jobs: int | No
             shutil.copy2(f, bin_dir / f.name, follow_symlinks=False)
     if not (bin_dir / SERVER_BINARY).exists():
         raise nb.BuildError(f"the build produced no {SERVER_BINARY} in {bdir / 'bin'}; full log: {log_file}")
-    info = {
-        "llama_cpp_python": config.LLAMA_CPP_PYTHON_VERSION,
-        "llama_cpp_commit": nb.LLAMA_CPP_COMMIT,
-        "patch_hash": config.patch_hash(),
-        "patches": [p.name for p in config.patch_files()],
+    nb.publish(work, staged, out, {
         "variant": variant,
         "cmake_flags": server_flags(variant) + extra,
         "targets": server_targets(variant),
         "runtime_libs": runtime_libs,
         "build_seconds": round(seconds, 1),
         "resumed": resumed,
-        "built_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
-    }
-    (staged / "build_info.json").write_text(json.dumps(info, indent=2))
-    shutil.rmtree(out, ignore_errors=True)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staged.rename(out)  # atomic: a half-finished build never looks cached
-    shutil.rmtree(work, ignore_errors=True)
+    })
     nb.log(f"built {SERVER_BINARY} ({variant}) in {seconds:.0f} s -> {out / 'bin' / SERVER_BINARY}")
     return out / "bin" / SERVER_BINARY
 
