@@ -235,3 +235,21 @@ def test_bench_runs_upstream_and_llama_cpp_python_peers(gemma_target: Path, ship
         assert r["modes"]["upstream-dflash"]["drafted"] > 0
     p = res["summary"]["by_category"]["code"]["peers"]
     assert p["ours"] == "lookup" and set(p["by_peer"]) == {"upstream-dflash", "llama-cpp-python-lookup"}
+
+
+def test_llama_cpp_python_lookup_runs_past_n_batch_tokens_of_context(tiny_pair: tuple[Path, Path]) -> None:
+    """llama-cpp-python with a draft_model sizes its scores buffer by n_batch unless logits_all is
+    passed: a prompt longer than n_batch failed in Llama.eval (seen on a 1.4k-token prompt)."""
+    from app.bench.peers import PythonLookupPeer
+    from app.engine.dflash import Engine, EngineConfig
+
+    engine = Engine(*tiny_pair, EngineConfig(n_ctx=512, n_batch=32, n_threads=1))
+    peer = PythonLookupPeer(parse_mode("llama-cpp-python-lookup@4"), engine)
+    try:
+        prompt = engine.tokenize("one two three four five six seven eight nine ten " * 12)
+        assert len(prompt) > 3 * 32
+        out = peer.run(prompt, 24, [])
+        assert out["n_generated"] == len(out["tokens"]) > 0 and out["steps"] >= 1
+    finally:
+        peer.close()
+        engine.close()

@@ -284,11 +284,16 @@ class PythonLookupPeer:
         threads = cfg.n_threads or os.cpu_count() or 2
         place = cfg.target_placement
         # as our engine's context: flash attention on (what its "auto" resolves to on these backends),
-        # the sliding-window cache at window size (llama.cpp's default context is full-size)
+        # the sliding-window cache at window size (llama.cpp's default context is full-size).
+        # logits_all=True as a user must pass it: with a draft_model llama-cpp-python keeps every
+        # row's logits but sizes its `scores` buffer from the logits_all argument (n_batch rows when
+        # False), so any reply past n_batch tokens of context fails in Llama.eval ("could not
+        # broadcast ... into shape (0,)"); the decode itself is unchanged (draft_model already
+        # turns logits_all on).
         self.llm = Llama(model_path=str(engine.target.path), n_ctx=engine.n_ctx, n_batch=cfg.n_batch,
                          n_ubatch=cfg.n_batch, n_threads=threads, n_threads_batch=threads,
                          n_gpu_layers=place.n_gpu_layers if place else 0, flash_attn=True, swa_full=False,
-                         verbose=False,
+                         logits_all=True, verbose=False,
                          draft_model=LlamaPromptLookupDecoding(num_pred_tokens=spec.k or DEFAULT_PY_LOOKUP_K))
 
     def start(self) -> None:
