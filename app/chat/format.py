@@ -1,7 +1,8 @@
 """Turning a conversation into the prompt text a model expects.
 
 A model's own chat template (Jinja, from its GGUF) is untrusted input: it is
-rendered in Jinja's immutable sandbox. Models without a template (the
+rendered in Jinja's immutable sandbox under a time limit, a size limit and
+the reply's Stop (app.chat.sandbox). Models without a template (the
 bundled Gemma 3 270M is a base model) get a plain, visible format:
 
     <system prompt, or a one-line description of the conversation>
@@ -30,24 +31,21 @@ the content (and every plain string) without special-token parsing.
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import date
 from typing import TYPE_CHECKING
 
-from jinja2 import TemplateError
-from jinja2.sandbox import ImmutableSandboxedEnvironment
-
+from app.chat.sandbox import TemplateRenderCancelled as TemplateRenderCancelled  # re-exported for callers
+from app.chat.sandbox import TemplateRenderError as TemplateRenderError  # re-exported for callers
+from app.chat.sandbox import render_sandboxed
 from app.errors import FlashDeskError
 
 if TYPE_CHECKING:
     from app.engine.llama_objects import LlamaModel
 
 PLAIN_FORMAT_NAME = "plain (User:/Assistant:)"
-
-
-class TemplateRenderError(FlashDeskError):
-    pass
 
 
 class PromptText(str):
@@ -91,10 +89,14 @@ class PromptFormat:
     def is_plain(self) -> bool:
         return self.template is None
 
-    def render(self, messages: list[ChatMessage], add_generation_prompt: bool = True) -> str:
+    def render(self, messages: list[ChatMessage], add_generation_prompt: bool = True,
+               cancel: threading.Event | None = None) -> str:
+        """The prompt text; a model template renders under app.chat.sandbox's time and size limits, and
+        setting `cancel` (the reply's Stop) interrupts it with TemplateRenderCancelled."""
         if self.template is None:
             return render_plain(messages, add_generation_prompt)
-        return render_template(self.template, messages, add_generation_prompt, self.bos_token, self.eos_token)
+        return render_template(self.template, messages, add_generation_prompt, self.bos_token, self.eos_token,
+                               cancel)
 
 
 PLAIN_INTRO = ("A conversation between a user and a helpful assistant. The assistant answers every question "
@@ -130,13 +132,13 @@ _SLOT_RE = re.compile("\ue000(\\d+)\ue001")
 
 
 def render_template(template: str, messages: list[ChatMessage], add_generation_prompt: bool,
-                    bos_token: str = "", eos_token: str = "") -> PromptText:
+                    bos_token: str = "", eos_token: str = "", cancel: threading.Event | None = None) -> PromptText:
     """The template's text with the messages' content in place, as a PromptText: the template renders
     a slot for each non-empty content, so what it writes itself is known exactly; the contents go
     into their slots afterwards, as plain text. (A template that edits content, e.g. trims it, sees
     the slot, so the content goes in as written.)"""
     slotted = [ChatMessage(m.role, _SLOT.format(i) if m.content else "") for i, m in enumerate(messages)]
-    rendered = _render_template(template, slotted, add_generation_prompt, bos_token, eos_token)
+    rendered = _render_template(template, slotted, add_generation_prompt, bos_token, eos_token, cancel)
     segments = []
     for j, part in enumerate(_SLOT_RE.split(rendered)):
         if j % 2 == 0:
@@ -147,22 +149,14 @@ def render_template(template: str, messages: list[ChatMessage], add_generation_p
 
 
 def _render_template(template: str, messages: list[ChatMessage], add_generation_prompt: bool,
-                     bos_token: str, eos_token: str) -> str:
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-
+                     bos_token: str, eos_token: str, cancel: threading.Event | None) -> str:
     def raise_exception(msg: str) -> None:
-        raise TemplateRenderError(f"the model's chat template refused the conversation: {msg}")
+        raise TemplateRenderError(f"the model's chat template refused the conversation: {str(msg)[:300]}")
 
-    env.globals["raise_exception"] = raise_exception
-    env.globals["strftime_now"] = lambda fmt: date.today().strftime(fmt)
-    try:
-        tpl = env.from_string(template)
-        return tpl.render(messages=[{"role": m.role, "content": m.content} for m in messages],
-                          add_generation_prompt=add_generation_prompt, bos_token=bos_token, eos_token=eos_token)
-    except TemplateRenderError:
-        raise
-    except (TemplateError, Exception) as e:  # a sandbox violation or a broken template
-        raise TemplateRenderError(f"the model's chat template could not be rendered: {e}") from e
+    helpers = {"raise_exception": raise_exception, "strftime_now": lambda fmt: date.today().strftime(fmt)}
+    context = {"messages": [{"role": m.role, "content": m.content} for m in messages],
+               "add_generation_prompt": add_generation_prompt, "bos_token": bos_token, "eos_token": eos_token}
+    return render_sandboxed(template, context, cancel=cancel, helpers=helpers)
 
 
 def format_for_model(template: str | None, bos_token: str = "", eos_token: str = "") -> PromptFormat:

@@ -212,7 +212,7 @@ class Job:
                            code="model_not_found", param="model")
         engine = model.engine
         if req.kind == CHAT:
-            text = model.format.render(req.messages)
+            text = model.format.render(req.messages, cancel=self.cancel)  # a client that goes away stops it
             stop = req.stop + [s for s in model.format.stop if s not in req.stop]
         else:
             text, stop = req.prompt, list(req.stop)
