@@ -124,7 +124,7 @@ class ChatSession:
             grounded = self.documents.prompt(self.engine, self.format, messages, collections, params.max_tokens)
             text = grounded.text
         else:
-            text = self.format.render(messages)
+            text = self.format.render(messages, cancel=cancel)
         sources = [s.to_dict() for s in grounded.sources] if grounded else []
         prompt = self.engine.tokenize(text)
         self.engine.check_room(len(prompt), params.max_tokens)  # before a first reply's calibration
