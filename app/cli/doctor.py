@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+from collections.abc import Mapping, Sequence
 
 from app import __version__
 from app.bundled import default_drafter
+from app.ui.qt_libs import XCB_LIBRARIES, advice, missing_libraries, platform_is_xcb
 from native import config, ggml_devices
 from native.cpu_variant import CpuVariantError
 from native.lib import NativeBuildMissing, build_info, cpu_variant, load
@@ -21,16 +23,33 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     rep = doctor_report()
-    if args.json:
-        print(json.dumps(rep, indent=2))
-    else:
-        for k, v in rep.items():
-            print(f"{k}: {v}")
+    print(json.dumps(rep, indent=2) if args.json else report_text(rep))
     return 0 if rep.get("ok") else 1
 
 
-def doctor_report() -> dict:
+def report_text(rep: dict) -> str:
+    """`key: value` lines, each warning on a line of its own (one may hold a command to copy)."""
+    lines = [f"{k}: {v}" for k, v in rep.items() if k != "warnings"]
+    return "\n".join(lines + [f"warning: {w}" for w in rep.get("warnings", [])])
+
+
+def qt_platform_report(env: Mapping[str, str] | None = None,
+                       libraries: Sequence[tuple[str, str]] = XCB_LIBRARIES) -> tuple[str, list[str]]:
+    """What the desktop window needs from the system: a one-line state, and warnings."""
+    if not platform_is_xcb(env):
+        return "not needed (Qt will not use its X11 plugin here)", []
+    missing = missing_libraries(libraries)
+    if not missing:
+        return f"ok ({len(libraries)} X11 libraries found)", []
+    return f"missing {', '.join(s for s, _ in missing)}", [advice(missing)]
+
+
+def doctor_report(env: Mapping[str, str] | None = None,
+                  xcb_libraries: Sequence[tuple[str, str]] = XCB_LIBRARIES) -> dict:
     rep: dict = {"flashdesk": __version__, "python": platform.python_version(), "machine": platform.machine()}
+    # checked first: the window's libraries matter even when the native build is missing
+    rep["qt_xcb"], qt_warnings = qt_platform_report(env, xcb_libraries)
+    rep["warnings"] = list(qt_warnings)
     try:
         info = build_info()
     except NativeBuildMissing as e:
@@ -42,7 +61,7 @@ def doctor_report() -> dict:
         rep.update(ok=False, error=str(e))
         return rep
     devices = [d.to_dict() for d in ggml_devices.list_devices()]
-    warnings = []
+    warnings = rep["warnings"]
     if info.variant == "cuda" and not any(d["type"] == "gpu" for d in devices):
         # ggml logs why (e.g. "CUDA driver version is insufficient"); say what it means
         warnings.append("the CUDA build sees no CUDA device (no NVIDIA driver, or one older than the "

@@ -7,6 +7,8 @@ import sys
 import time
 from pathlib import Path
 
+from app.ui.qt_libs import check_before_qt
+
 _T0 = time.perf_counter()  # close enough to process start: this module is imported first thing by cmd_app
 
 
@@ -16,6 +18,10 @@ def run_app(args: argparse.Namespace | None = None) -> int:
 
     if getattr(args, "headless", False) or not has_display():
         return run_headless()
+    problem = check_before_qt()
+    if problem:  # said before Qt tries: its own message suggests reinstalling, and the window never opens
+        print(f"flashdesk: {problem}", file=sys.stderr)
+        return 1
     from PySide6.QtCore import QTimer  # noqa: PLC0415 - Qt only with a display (a server may lack QtGui's GL libs)
     from PySide6.QtWidgets import QApplication  # noqa: PLC0415 - Qt only with a display
 
