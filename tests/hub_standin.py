@@ -4,21 +4,37 @@
 
 HEAD answers like the hub for an LFS file (X-Repo-Commit, X-Linked-Etag = the
 sha256, X-Linked-Size, ETag, Content-Length); GET serves the bytes, honouring
-`Range: bytes=N-` with 206. Knobs for tests: serve corrupted bytes, announce a
-huge size, pause mid-file until released (deterministic cancel/resume), and a
-log of every request.
+`Range: bytes=N-` with 206.
+
+    POST /api/models/{owner}/{repo}/paths-info/{revision}   (form: paths=...)
+
+answers like the hub's API: each file's size, git blob id (`oid`) and, for an
+LFS file, `lfs.oid` = its sha256. Knobs for tests: serve corrupted bytes,
+announce a huge size, pause mid-file until released (deterministic
+cancel/resume), files kept in git rather than LFS, an ETag that is no checksum
+(as a proxy may send), no API (a bare mirror), a connection dropped after N
+bytes of every GET, and a log of every request.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
+import socket
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 _PATH = re.compile(r"^/(?P<repo>[^/]+/[^/]+)/resolve/(?P<rev>[^/]+)/(?P<file>.+)$")
+_API = re.compile(r"^/api/models/(?P<repo>[^/]+/[^/]+)/paths-info/(?P<rev>[^/]+)$")
+
+
+def git_blob_id(data: bytes) -> str:
+    """What git (and the hub's API, as `oid`) calls a file kept in git: sha1 of a header and the bytes."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
 @dataclass
@@ -36,6 +52,10 @@ class HubStandIn:
     pause_after: int | None = None  # bytes of a GET body sent before waiting for `release`
     release: threading.Event = field(default_factory=threading.Event)
     paused: threading.Event = field(default_factory=threading.Event)  # set when a GET reached the pause
+    in_git: set[tuple[str, str]] = field(default_factory=set)  # kept in git, not LFS: no sha256 anywhere
+    opaque_etag: set[tuple[str, str]] = field(default_factory=set)  # HEAD's ETag is no checksum (a proxy's)
+    no_api: bool = False  # paths-info answers 404, as a bare mirror would
+    drop_after: int | None = None  # bytes of every GET body sent before the connection is cut
     log: list[Request] = field(default_factory=list)
     _server: ThreadingHTTPServer | None = None
 
@@ -91,9 +111,15 @@ class HubStandIn:
                 size = hub.announce_size.get(key, len(data))
                 self.send_response(status)
                 self.send_header("X-Repo-Commit", COMMIT)
-                self.send_header("ETag", f'"{sha}"')
-                self.send_header("X-Linked-Etag", f'"{sha}"')
-                self.send_header("X-Linked-Size", str(size))
+                if key in hub.opaque_etag:
+                    self.send_header("ETag", 'W/"5e1f-18c2a4b7"')
+                elif key in hub.in_git:  # the hub's ETag for a file in git is its blob id
+                    self.send_header("ETag", f'"{git_blob_id(data)}"')
+                else:
+                    self.send_header("ETag", f'"{sha}"')
+                if key not in hub.in_git and key not in hub.opaque_etag:
+                    self.send_header("X-Linked-Etag", f'"{sha}"')
+                    self.send_header("X-Linked-Size", str(size))
                 self.send_header("Accept-Ranges", "bytes")
                 self.send_header("Content-Length", str(length))
                 if status == 206:
@@ -132,9 +158,40 @@ class HubStandIn:
                         hub.paused.set()
                         hub.release.wait(timeout=30)
                         body = body[hub.pause_after:]
+                    if hub.drop_after is not None and len(body) > hub.drop_after:
+                        self.wfile.write(body[:hub.drop_after])
+                        self.wfile.flush()
+                        self.close_connection = True
+                        self.connection.shutdown(socket.SHUT_RDWR)  # cut mid-body: the client sees too few bytes
+                        return
                     self.wfile.write(body)
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client cancelled
+
+            def do_POST(self) -> None:  # noqa: N802
+                hub.log.append(Request("POST", self.path, None))
+                form = parse_qs(self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode())
+                m = _API.match(self.path.split("?")[0])
+                if m is None or hub.no_api:
+                    body = b'{"error":"Not Found"}'
+                    self.send_response(404)
+                else:
+                    infos = []
+                    for path in form.get("paths", []):
+                        data = hub.files.get((m["repo"], path))
+                        if data is None:
+                            continue  # the hub leaves out paths it does not have
+                        info = {"type": "file", "path": path, "size": len(data), "oid": git_blob_id(data)}
+                        if (m["repo"], path) not in hub.in_git:
+                            info["lfs"] = {"oid": hashlib.sha256(data).hexdigest(), "size": len(data),
+                                           "pointerSize": 134}
+                        infos.append(info)
+                    body = json.dumps(infos).encode()
+                    self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True

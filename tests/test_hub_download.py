@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from app.hub.download import (
     InsufficientDisk,
     OfflineError,
     Progress,
+    UnverifiedDownload,
 )
 from app.hub.paths import UnsafeFilename
 
@@ -189,3 +191,110 @@ def test_missing_file_and_unreachable_hub_are_clear_errors(hub: HubStandIn, tmp_
     with pytest.raises(HubError, match="cannot reach the hub"):
         Downloader(_models(tmp_path), endpoint=f"http://127.0.0.1:{port}").fetch(REPO, "x.gguf")
     assert _listing(_models(tmp_path)) == []
+
+
+# --- issue 16, point 5: nothing unverified reaches the models folder ---------------------------------------
+
+
+def test_without_a_checksum_in_the_etag_the_lfs_sha256_comes_from_the_hubs_api(hub: HubStandIn, data: bytes,
+                                                                               tmp_path: Path) -> None:
+    hub.add(REPO, "drafter.gguf", data)
+    hub.opaque_etag.add((REPO, "drafter.gguf"))  # as a proxy in front of the hub may answer
+    path = Downloader(_models(tmp_path), endpoint=hub.endpoint).fetch(REPO, "drafter.gguf")
+    assert path == _models(tmp_path) / "drafter.gguf" and path.read_bytes() == data
+    assert [r.method for r in hub.log] == ["HEAD", "POST", "GET"]
+    assert hub.log[1].path == f"/api/models/{REPO}/paths-info/main"
+
+
+def test_a_corrupted_download_is_refused_against_the_apis_sha256(hub: HubStandIn, data: bytes,
+                                                                 tmp_path: Path) -> None:
+    hub.add(REPO, "drafter.gguf", data)
+    hub.opaque_etag.add((REPO, "drafter.gguf"))
+    hub.corrupt.add((REPO, "drafter.gguf"))
+    dl = Downloader(_models(tmp_path), endpoint=hub.endpoint)
+    with pytest.raises(ChecksumMismatch, match=r"sha256 mismatch: expected [0-9a-f]{64} \(the hub's LFS metadata\)"):
+        dl.fetch(REPO, "drafter.gguf")
+    assert _listing(_models(tmp_path)) == [] and dl.unverified(REPO, "drafter.gguf") is None
+
+
+def test_a_file_kept_in_git_is_checked_against_its_git_blob_id(hub: HubStandIn, tmp_path: Path) -> None:
+    config = b'{"architectures": ["DFlashDraftModel"], "block_size": 16}\n'
+    hub.add(REPO, "config.json", config)
+    hub.in_git.add((REPO, "config.json"))  # no LFS, so no sha256 anywhere: git's id is the checksum
+    dl = Downloader(_models(tmp_path), endpoint=hub.endpoint)
+    assert dl.fetch(REPO, "config.json").read_bytes() == config
+    hub.add(REPO, "other.json", config)
+    hub.in_git.add((REPO, "other.json"))
+    hub.corrupt.add((REPO, "other.json"))
+    with pytest.raises(ChecksumMismatch, match=r"other.json: git-sha1 mismatch: .* \(the hub's git blob id\)"):
+        dl.fetch(REPO, "other.json")
+    assert _listing(_models(tmp_path)) == ["config.json"]
+
+
+def test_a_file_with_no_checksum_anywhere_waits_outside_the_models_folder_until_accepted(
+        hub: HubStandIn, data: bytes, tmp_path: Path) -> None:
+    hub.add(REPO, "drafter.gguf", data)
+    hub.opaque_etag.add((REPO, "drafter.gguf"))
+    hub.no_api = True  # a bare mirror: no paths-info either
+    dl = Downloader(_models(tmp_path), endpoint=hub.endpoint)
+    with pytest.raises(UnverifiedDownload) as ei:
+        dl.fetch(REPO, "drafter.gguf")
+    held = dl.unverified(REPO, "drafter.gguf")
+    assert held is not None and held.read_bytes() == data and ei.value.path == held
+    assert str(ei.value).startswith(f"{REPO}/drafter.gguf: neither the catalog nor the hub gives a checksum")
+    assert f"kept in {held}, outside the models folder" in str(ei.value)
+    assert _listing(_models(tmp_path)) == [] and not str(held).startswith(str(_models(tmp_path)))
+    # asked again: still waiting, and nothing is downloaded twice
+    n = len(hub.log)
+    with pytest.raises(UnverifiedDownload):
+        dl.fetch(REPO, "drafter.gguf")
+    assert len(hub.log) == n
+    # the user accepts it: it moves in, without the network
+    dl.accept(REPO, "drafter.gguf")
+    assert dl.fetch(REPO, "drafter.gguf").read_bytes() == data
+    assert _listing(_models(tmp_path)) == ["drafter.gguf"] and dl.unverified(REPO, "drafter.gguf") is None
+    assert len(hub.log) == n
+
+
+def test_accept_unverified_puts_a_file_with_no_checksum_in_place(hub: HubStandIn, data: bytes,
+                                                                 tmp_path: Path) -> None:
+    hub.add(REPO, "drafter.gguf", data)
+    hub.opaque_etag.add((REPO, "drafter.gguf"))
+    hub.no_api = True
+    dl = Downloader(_models(tmp_path), endpoint=hub.endpoint, accept_unverified=True)  # --accept-unverified
+    assert dl.fetch(REPO, "drafter.gguf").read_bytes() == data
+
+
+def test_a_server_that_keeps_dropping_the_connection_ends_in_a_bounded_retry_error(hub: HubStandIn,
+                                                                                   tmp_path: Path) -> None:
+    big = os.urandom(8 * MiB)
+    sha = hub.add(REPO, "drafter.gguf", big)
+    # every GET is cut after 1.5 MiB (huggingface_hub alone retried ~100 times); its 1 MiB reads keep 1 MiB each time
+    hub.drop_after = 3 * MiB // 2
+    dl = Downloader(_models(tmp_path), endpoint=hub.endpoint, retries=3, retry_wait_s=0.05)
+    t0 = time.monotonic()
+    with pytest.raises(HubError, match=rf"{REPO}/drafter.gguf: the connection kept failing \(RemoteProtocolError\); "
+                                       r"gave up after 3 attempts in \d+ s\. 3,145,728 bytes are kept"):
+        dl.fetch(REPO, "drafter.gguf", sha256=sha)
+    assert time.monotonic() - t0 < 10
+    assert [r.range for r in hub.gets()] == [None, f"bytes={MiB}-", f"bytes={2 * MiB}-"]  # each attempt resumes
+    assert _listing(_models(tmp_path)) == [] and dl.partial_bytes(REPO, "drafter.gguf") == 3 * MiB
+    # the time bound: no attempt starts past the window, whatever the count allows
+    hub.log.clear()
+    dl = Downloader(_models(tmp_path), endpoint=hub.endpoint, retries=1000, retry_window_s=1.0, retry_wait_s=0.3)
+    t0 = time.monotonic()
+    with pytest.raises(HubError, match="gave up after [1-5] attempts"):
+        dl.fetch(REPO, "drafter.gguf", sha256=sha)
+    assert time.monotonic() - t0 < 5 and 1 <= len(hub.gets()) <= 5
+    # the connection recovers: the next fetch resumes and verifies
+    hub.drop_after = None
+    assert Downloader(_models(tmp_path), endpoint=hub.endpoint).fetch(REPO, "drafter.gguf", sha256=sha).read_bytes() \
+        == big
+
+
+@pytest.mark.parametrize("repo", ["../../..", "a/../b", "owner/name/extra", "owner/na me", "", "x" * 5000])
+def test_a_bad_repo_id_is_a_hub_error_before_any_request(hub: HubStandIn, tmp_path: Path, repo: str) -> None:
+    with pytest.raises(HubError, match="is not a Hugging Face repository id") as ei:
+        Downloader(_models(tmp_path), endpoint=hub.endpoint).fetch(repo, "x.gguf")
+    assert len(str(ei.value)) < 300
+    assert hub.log == [] and not (tmp_path / "data").exists()

@@ -1,5 +1,6 @@
 """The model manager dialog (offscreen Qt) against the loopback hub stand-in:
-listing, a download with progress, cancel, a failure shown, offline mode."""
+listing, a download with progress, cancel, a failure shown, offline mode, files with no checksum
+waiting for the user to accept them, a connection that keeps dropping."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 from hub_standin import HubStandIn  # tests/ is on sys.path (pytest rootdir conftest)
 from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QMessageBox
 
 from app.hub.download import Downloader
 from app.ui.model_manager import COLUMNS, ModelManagerDialog
@@ -131,3 +133,44 @@ def test_closing_during_a_download_cancels_it(qtbot, tiny_hub) -> None:  # noqa:
     hub.release.set()
     dlg.close()
     assert not models.exists() or list(models.iterdir()) == []
+
+
+def test_a_target_with_no_checksum_waits_until_the_user_accepts_it(qtbot, tiny_hub) -> None:  # noqa: ANN001
+    hub, cat, models = tiny_hub
+    hub.opaque_etag.add(("test/Tiny-GGUF", "tiny-qwen3.gguf"))
+    hub.no_api = True  # a mirror without the API: no sha256 anywhere for the target
+    dlg = _dialog(qtbot, cat, models, hub)
+    assert not dlg.accept_button.isEnabled()
+    qtbot.mouseClick(dlg.download_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not dlg.busy, timeout=20_000)
+    assert "test/Tiny-GGUF/tiny-qwen3.gguf: neither the catalog nor the hub gives a checksum" in dlg.status.text()
+    assert "Accept unverified" in dlg.status.text()
+    assert dlg.status_of("tiny") == "unverified: accept or leave"
+    assert not models.exists() or list(models.iterdir()) == []
+    qtbot.waitUntil(dlg.accept_button.isEnabled, timeout=10_000)
+    # asked, and the user says no: nothing moves
+    qtbot.mouseClick(dlg.accept_button, Qt.MouseButton.LeftButton)
+    assert dlg.confirm is not None and dlg.confirm.isVisible()
+    assert "test/Tiny-GGUF/tiny-qwen3.gguf" in dlg.confirm.text()
+    dlg.confirm.button(QMessageBox.StandardButton.No).click()
+    assert "Left unverified" in dlg.status.text() and (not models.exists() or list(models.iterdir()) == [])
+    # asked again, and yes: the target moves in and the rest of the pair installs
+    qtbot.mouseClick(dlg.accept_button, Qt.MouseButton.LeftButton)
+    with qtbot.waitSignal(dlg.installed, timeout=60_000) as sig:
+        dlg.confirm.button(QMessageBox.StandardButton.Yes).click()
+    assert Path(sig.args[1]) == models / "tiny-qwen3.gguf" and (models / "tiny-qwen3.gguf").is_file()
+    qtbot.waitUntil(lambda: not dlg.cancel_button.isEnabled(), timeout=10_000)
+    assert dlg.status_of("tiny") == "installed" and not dlg.accept_button.isEnabled()
+
+
+def test_a_connection_that_keeps_dropping_ends_in_an_error_the_panel_shows(qtbot, tiny_hub) -> None:  # noqa: ANN001
+    hub, cat, models = tiny_hub
+    hub.drop_after = 1000  # every GET is cut after 1000 bytes
+    dlg = ModelManagerDialog(catalog_path=cat, downloader=Downloader(models, endpoint=hub.endpoint, retries=2,
+                                                                     retry_wait_s=0.05))
+    qtbot.addWidget(dlg)
+    qtbot.mouseClick(dlg.download_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not dlg.busy, timeout=20_000)
+    assert dlg.status.text().startswith("Download failed: test/Tiny-GGUF/tiny-qwen3.gguf: the connection kept "
+                                        "failing (RemoteProtocolError); gave up after 2 attempts")
+    assert len(hub.gets()) == 2 and (not models.exists() or list(models.iterdir()) == [])

@@ -1,7 +1,7 @@
 """`flashdesk models ...`: the catalog, downloads, where files are.
 
     flashdesk models list [--ctx N] [--json]
-    flashdesk models download ID [--target-only] [--offline] [--endpoint URL]
+    flashdesk models download ID [--target-only] [--accept-unverified] [--offline] [--endpoint URL]
     flashdesk models path
 
 Common options: --models-dir DIR (default: FLASHDESK_MODELS_DIR or
@@ -23,7 +23,8 @@ from app.hub.vram import estimate_vram
 
 
 def _downloader(args: argparse.Namespace) -> Downloader:
-    return Downloader(args.models_dir, endpoint=args.endpoint, offline=True if args.offline else None)
+    return Downloader(args.models_dir, endpoint=args.endpoint, offline=True if args.offline else None,
+                      accept_unverified=getattr(args, "accept_unverified", False))
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -106,6 +107,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     common(d)
     d.add_argument("id")
     d.add_argument("--target-only", action="store_true")
+    d.add_argument("--accept-unverified", action="store_true",
+                   help="put files with no checksum anywhere (catalog or hub) into the models folder unverified; "
+                        "without it they wait in the downloads folder")
     d.set_defaults(func=cmd_download)
     p = msub.add_parser("path", help="print the models folder")
     common(p)

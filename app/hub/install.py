@@ -122,3 +122,16 @@ def install_pair(entry: CatalogEntry, dl: Downloader, *, progress: ProgressFn | 
     else:
         drafter = _fetch_gguf(entry.drafter, dl, progress, cancel)
     return InstallResult(target, drafter, check_pair(target, drafter))
+
+
+def unverified_files(entry: CatalogEntry, dl: Downloader) -> list[tuple[str, str, Path]]:
+    """(repo, file, where it waits) for each of the pair's downloads that came with no checksum
+    and waits for the user to accept it as unverified."""
+    out = []
+    for mf in (entry.target, entry.drafter):
+        if mf.source != "huggingface" or not mf.repo:
+            continue
+        for name in (mf.files if mf.needs_conversion else (mf.file,)):
+            if (held := dl.unverified(mf.repo, name)) is not None:
+                out.append((mf.repo, name, held))
+    return out

@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QHeaderView,
     QLabel,
+    QMessageBox,
     QProgressBar,
     QPushButton,
     QTableWidget,
@@ -31,7 +32,7 @@ from PySide6.QtWidgets import (
 from app.errors import FlashDeskError
 from app.hub.catalog import CatalogEntry, load_catalog
 from app.hub.download import DownloadCancelled, Downloader, Progress
-from app.hub.install import InstallResult, install_pair, pair_status
+from app.hub.install import InstallResult, install_pair, pair_status, unverified_files
 from app.hub.vram import estimate_vram
 
 COLUMNS = ("Pair", "Target", "Drafter", "VRAM", "Status")
@@ -132,12 +133,18 @@ class ModelManagerDialog(QDialog):
         buttons.addStretch(1)
         self.download_button = QPushButton("Download")
         self.download_button.clicked.connect(self.download_selected)
+        self.accept_button = QPushButton("Accept unverified...")
+        self.accept_button.setToolTip("Move downloaded files that have no published checksum into the models "
+                                      "folder, unverified")
+        self.accept_button.clicked.connect(self.ask_accept_unverified)
+        self.accept_button.setEnabled(False)
+        self.confirm: QMessageBox | None = None  # the open "accept unverified?" question, if any
         self.cancel_button = QPushButton("Cancel download")
         self.cancel_button.clicked.connect(self.cancel_download)
         self.cancel_button.setEnabled(False)
         close = QPushButton("Close")
         close.clicked.connect(self.close)
-        for b in (self.download_button, self.cancel_button, close):
+        for b in (self.download_button, self.accept_button, self.cancel_button, close):
             buttons.addWidget(b)
         lay.addLayout(buttons)
         self.refresh()
@@ -155,8 +162,9 @@ class ModelManagerDialog(QDialog):
             st = pair_status(e, self.downloader)
             est = estimate_vram(e, self.n_ctx, st.target, st.drafter)
             conv = " (safetensors, converted)" if e.drafter.needs_conversion else ""
-            cells = (e.title, e.target.size_text(), e.drafter.size_text() + conv, est.text(),
-                     "downloading..." if e.id == self._active else st.text())
+            state = "downloading..." if e.id == self._active else \
+                "unverified: accept or leave" if unverified_files(e, self.downloader) else st.text()
+            cells = (e.title, e.target.size_text(), e.drafter.size_text() + conv, est.text(), state)
             for col, text in enumerate(cells):
                 item = QTableWidgetItem(text)
                 if col == 3:
@@ -183,6 +191,7 @@ class ModelManagerDialog(QDialog):
         e = self._selected()
         busy = self._active is not None
         self.download_button.setEnabled(e is not None and not busy)
+        self.accept_button.setEnabled(e is not None and not busy and bool(unverified_files(e, self.downloader)))
         if e is not None:
             notes = "".join(f" Unverified {k}: {v}." for k, v in e.notes.items())
             self.description.setText(e.description + notes)
@@ -218,6 +227,32 @@ class ModelManagerDialog(QDialog):
         if self._cancel is not None:
             self._cancel.set()
             self.status.setText("Cancelling...")
+
+    def ask_accept_unverified(self) -> None:
+        """Ask before files with no checksum go into the models folder (a window-modal question, not a
+        nested event loop: the dialog stays responsive)."""
+        e = self._selected()
+        files = unverified_files(e, self.downloader) if e is not None else []
+        if not files or self._active is not None:
+            return
+        listing = "\n".join(f"{repo}/{name}" for repo, name, _ in files)
+        self.confirm = QMessageBox(
+            QMessageBox.Icon.Warning, "Accept unverified files?",
+            f"Neither the catalog nor the hub gives a checksum for:\n\n{listing}\n\nSo nothing shows these bytes "
+            f"are the published files. Move them into the models folder anyway?",
+            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No, self)
+        self.confirm.setDefaultButton(QMessageBox.StandardButton.No)
+        self.confirm.buttonClicked.connect(lambda b, entry=e: self._confirmed(entry, files, b))
+        self.confirm.open()
+
+    def _confirmed(self, entry: CatalogEntry, files: list, button) -> None:  # noqa: ANN001 - a QAbstractButton
+        if self.confirm is None or button is not self.confirm.button(QMessageBox.StandardButton.Yes):
+            self.status.setText("Left unverified: the files stay outside the models folder.")
+            return
+        for repo, name, _ in files:
+            self.downloader.accept(repo, name)
+        self.select(entry.id)
+        self.download_selected()  # the accepted files move in; the rest of the pair downloads as usual
 
     @property
     def busy(self) -> bool:
