@@ -180,3 +180,26 @@ def test_end_of_generation_ends_the_reply_even_mid_draft(tiny_engine: Engine) ->
     spec, ev = run(e, p, GenerationParams(**base, seed=seed, draft_max=6), draft_override=past_eos)
     assert spec == plain and ev.finish_reason == FINISH_STOP
     assert ev.tokens[-1] == eos and ev.stats.accepted > 0
+
+
+def test_plain_steps_feed_the_drafter_nothing_until_it_drafts(tiny_pair: tuple[Path, Path]) -> None:
+    """Features emitted by plain (and lookup) steps wait for the next DFlash step instead of being
+    fed a ubatch at a time: a plain reply longer than a ubatch makes no drafter call, and the next
+    speculative turn, which feeds them first, still equals plain decoding."""
+    e = Engine(*tiny_pair, EngineConfig(n_ctx=1024))
+    try:
+        prompt = e.tokenize(PROMPT)
+        c = e.complete(prompt, GenerationParams(max_tokens=400, speculative=False))
+        assert len(c.tokens) > 256  # more rows than one injection call (a ubatch) holds
+        assert c.stats.t_inject_s == 0.0
+        assert e.pending_rows == len(prompt) - 1 + len(c.tokens)
+        follow = prompt + c.tokens + e.tokenize(" and the dog", add_special=False)
+        spec, _ = run(e, follow, GenerationParams(max_tokens=48))  # checks both caches every step
+        fresh = Engine(*tiny_pair, EngineConfig(n_ctx=1024))
+        try:
+            plain, _ = run(fresh, follow, GenerationParams(max_tokens=48, speculative=False))
+        finally:
+            fresh.close()
+        assert spec == plain
+    finally:
+        e.close()

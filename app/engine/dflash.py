@@ -53,6 +53,9 @@ from gguf_tools.validate import read_d2t
 # A hook for tests and calibration: given the history (all tokens so far, anchor last) and the
 # policy's choice, the tokens to verify instead of that source's own drafts (None: its own).
 DraftOverride = Callable[[list[int], Choice], list[int] | None]
+# target features queued for the drafter while decoding, at most (bytes): 64 MiB is ~8k rows of
+# the bundled pair, ~800 of an 8B target tapped at 5 layers
+PENDING_MAX_BYTES = 64 << 20
 
 
 @dataclass
@@ -103,6 +106,7 @@ class Engine:
         self._cached: list[int] = []
         # features not yet fed to the drafter: (first position, rows), contiguous, ending at len(_cached)
         self._pending: list[tuple[int, np.ndarray]] = []
+        self._n_pending = 0  # rows in _pending (read every step: kept, not summed)
 
     def _load_drafter(self, path: Path, cfg: EngineConfig, progress: Callable[[float], bool] | None) -> None:
         self.drafter = LlamaModel(path, cfg.drafter_placement, progress)
@@ -125,6 +129,11 @@ class Engine:
         if self._d2t.size:
             self.dctx.set_dflash_compact_logits()
         self._ebatch = EmbeddingBatch(self._d_ubatch, len(self.target_layers) * self.target.n_embd)
+        # features emitted while decoding wait for the next DFlash step (plain and lookup steps then
+        # cost no drafter call at all, and a reply that never drafts from DFlash feeds nothing),
+        # up to this many rows; a prompt's are fed as it is read (_prefill), a ubatch at a time
+        row_bytes = 4 * len(self.target_layers) * self.target.n_embd
+        self._pending_cap = max(self._d_ubatch, PENDING_MAX_BYTES // row_bytes)
 
     # --- public -------------------------------------------------------------
     @property
@@ -146,11 +155,12 @@ class Engine:
             self.dctx.clear()
         self._cached = []
         self._pending = []
+        self._n_pending = 0
 
     @property
     def pending_rows(self) -> int:
         """Target feature rows waiting to be fed to the drafter."""
-        return sum(len(r) for _, r in self._pending)
+        return self._n_pending
 
     def cache_positions(self) -> tuple[int, int | None]:
         """(target pos_max, drafter pos_max) once pending features are fed:
@@ -368,6 +378,7 @@ class Engine:
                 keep = 0
             self._cached = self._cached[:keep]
             self._pending = [(p, rows[:max(0, keep - p)]) for p, rows in self._pending if p < keep]
+            self._n_pending = sum(len(r) for _, r in self._pending)
         todo = want[keep:]
         step = self.ctx.n_batch  # llama.cpp's own limit (it clamps n_batch to a small context)
         for i in range(0, len(todo), step):
@@ -387,6 +398,7 @@ class Engine:
         before its next pass (or once a ubatch's worth waits), so steps that do not run the
         drafter (plain, lookup) do not pay a drafter call each."""
         self._pending.append((pos0, feats))
+        self._n_pending += len(feats)
 
     def _flush(self, st: GenerationStats | None = None) -> None:
         if not self._pending:
@@ -395,6 +407,7 @@ class Engine:
         pos0 = self._pending[0][0]
         feats = np.concatenate([r for _, r in self._pending]) if len(self._pending) > 1 else self._pending[0][1]
         self._pending = []
+        self._n_pending = 0
         self._inject(feats, pos0)
         if st is not None:
             dt = time.perf_counter() - t0
@@ -499,7 +512,7 @@ class Engine:
         dt = time.perf_counter() - t0
         st.t_verify_s += dt
         st.t_llama_s += dt
-        if self.dctx is not None and self.pending_rows >= self._d_ubatch:
+        if self.dctx is not None and self._n_pending >= self._pending_cap:
             self._flush(st)
         self._cached.append(anchor)
         self._cached.extend(emitted[:-1])
