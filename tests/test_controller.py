@@ -281,3 +281,23 @@ def test_engine_calls_truncate_with_drafter_confidence(tiny_pair: tuple[Path, Pa
     assert seen and all(((c > 0) & (c <= 1)).all() for c in seen)
     assert max(ev.stats.k_history) <= 2
     e.close()
+
+
+def test_a_replys_first_step_learns_its_lookup_apart() -> None:
+    """A lookup at a reply's first step proposes how an earlier turn began (the anchor is the turn
+    marker): when those fail, the controller stops drafting there, and keeps drafting lookups
+    of the same match length later in the reply, where they pass."""
+    cost = CostModel(verify_s=[0.0] + [0.010 * (1 + 0.08 * n) for n in range(16)], draft_s=[0.0] * 16)
+    policy = DraftController(cost, (LOOKUP,), refresh_costs=False)
+    match = LookupMatch(4, (1, 2, 3, 4, 5, 6, 7))
+    first = StepInfo(lookup=match, has_drafter=False, first=True)
+    later = StepInfo(lookup=match, has_drafter=False)
+    firsts = []
+    for _ in range(30):  # 30 replies: a first step that fails, then 10 steps whose lookups pass
+        c = policy.choose(first)
+        firsts.append(c)
+        policy.observe(c, 0, StepTiming())
+        replay(policy, lambda c: c.k, 10, later)
+    assert firsts[0].source == LOOKUP  # the prior lets it try
+    assert all(c.k == 0 for c in firsts[-10:])  # learned: plain at the first step (probes aside)
+    assert best(policy, later).source == LOOKUP and best(policy, later).k >= 3

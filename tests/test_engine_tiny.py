@@ -203,3 +203,28 @@ def test_plain_steps_feed_the_drafter_nothing_until_it_drafts(tiny_pair: tuple[P
         assert spec == plain
     finally:
         e.close()
+
+
+def test_the_policy_is_told_which_step_starts_the_reply(tiny_engine: Engine) -> None:
+    from app.engine.draft_policy import PLAIN_STEP, StepInfo
+
+    class Recorder:
+        uses_confidence = False
+
+        def __init__(self) -> None:
+            self.first: list[bool] = []
+
+        def choose(self, step: StepInfo) -> Choice:
+            self.first.append(step.first)
+            return PLAIN_STEP
+
+        def truncate(self, conf: object) -> int:
+            return 0
+
+        def observe(self, choice: Choice, accepted: int, timing: object) -> None:
+            pass
+
+    rec = Recorder()
+    c = tiny_engine.complete(tiny_engine.tokenize(PROMPT), GenerationParams(max_tokens=6), policy=rec)
+    # the last step has no room left to draft: the policy is not asked
+    assert len(c.tokens) == 6 and rec.first == [True] + [False] * 4

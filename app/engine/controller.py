@@ -48,6 +48,10 @@ CONF_BINS = np.array([0.0, 0.2, 0.4, 0.6, 0.8, 0.9, 0.95, 0.99, 1.01])
 # prior acceptance of a lookup draft by match length n (1..max_n): a one-token match is a guess,
 # a six-token one usually a copy; a handful of steps replace these with what the text shows
 LOOKUP_PRIOR = (0.0, 0.25, 0.4, 0.5, 0.6, 0.65, 0.7)
+# at a reply's first step the anchor ends the prompt, usually a turn marker ("Assistant:",
+# "<start_of_turn>model"), whose earlier occurrence is followed by an earlier answer (or a
+# format's example): a guess, whatever the match length
+LOOKUP_FIRST_PRIOR = 0.25
 DFLASH_PRIOR = 0.7
 
 
@@ -70,6 +74,9 @@ class DraftController:
         self._last_dflash = self.dflash  # the model of the step being verified
         self.lookup = [AcceptanceModel(self.lookup_k_max, LOOKUP_PRIOR[min(n, len(LOOKUP_PRIOR) - 1)],
                                        prior_weight, decay) for n in range(DEFAULT_MAX_N + 1)]
+        # a reply's first step learned apart: a lookup there proposes how an earlier turn began
+        self.lookup_first = AcceptanceModel(self.lookup_k_max, LOOKUP_FIRST_PRIOR, prior_weight, decay)
+        self._last_lookup = self.lookup[0]  # the lookup model of the step being verified
         self.probe_every = probe_every
         self.probe_max_gap = probe_max_gap
         self.probe_k = probe_k
@@ -78,7 +85,6 @@ class DraftController:
         self._plain_streak = 0
         self._probing = False
         self._last_n = 1  # verify size of the step before (a different size rebuilds the graph)
-        self._last_match = 0  # match length n of the lookup draft being verified
         # with `record` (the bench): each choice, and the step time the cost model expected for it
         self.record = False
         self.history: list[Choice] = []
@@ -101,7 +107,7 @@ class DraftController:
                [float(c.step_times(False, np.ones(1), self._last_n, False)[0])]]
         if self.lookup_k_max and step.lookup is not None:
             kk = min(self.lookup_k_max, len(step.lookup.tokens))
-            e = self.lookup[min(step.lookup.n, DEFAULT_MAX_N)].expected()[:kk + 1]
+            e = self._lookup_model(step).expected()[:kk + 1]
             t = c.step_times(False, e, self._last_n, False)
             out += [(e[k] / t[k], float(t[k]), Choice(LOOKUP, k)) for k in range(1, kk + 1)]
         if self.dflash_k_max and step.has_drafter:
@@ -127,7 +133,7 @@ class DraftController:
                 _, t, choice = max(spec, key=lambda x: x[0])
         else:
             self._plain_streak = 0
-        self._last_match = step.lookup.n if choice.source == LOOKUP and step.lookup is not None else 0
+        self._last_lookup = self._lookup_model(step)
         self._last_dflash = self._dflash_model(step)
         if self.record:
             self.history.append(choice)
@@ -154,7 +160,7 @@ class DraftController:
                 np.add.at(self.conf_acc, b[:accepted], 1.0)
             self._last_dflash.observe(k, accepted)
         elif choice.source == LOOKUP:
-            self.lookup[min(self._last_match, DEFAULT_MAX_N)].observe(k, accepted)
+            self._last_lookup.observe(k, accepted)
         self._last_bins = None
         if self._probing:
             # a probe whose drafts all passed, or after which drafting pays again, brings the next
@@ -168,6 +174,11 @@ class DraftController:
             self.cost.update(k + 1, timing.step_s - timing.draft_s - timing.inject_s,
                              k if choice.source == DFLASH else 0, timing.draft_s)
 
+    def _lookup_model(self, step: StepInfo) -> AcceptanceModel:
+        if step.first:
+            return self.lookup_first
+        return self.lookup[min(step.lookup.n, DEFAULT_MAX_N) if step.lookup is not None else 0]
+
     def _dflash_model(self, step: StepInfo) -> AcceptanceModel:
         return self.dflash if step.lookup is not None else self.dflash_unmatched
 
@@ -178,7 +189,7 @@ class DraftController:
             e = self._last_dflash.expected()
             t = c.step_times(True, e, None, True)
         else:
-            e = self.lookup[min(self._last_match, DEFAULT_MAX_N)].expected()
+            e = self._last_lookup.expected()
             t = c.step_times(False, e, None, False)
         r = e / t
         return bool(r[1:].max(initial=0.0) > r[0])

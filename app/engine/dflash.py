@@ -325,7 +325,8 @@ class Engine:
         t0 = time.perf_counter()
         match = self.lookup.find(min(LOOKUP_K_MAX, room))
         st.t_lookup_s += time.perf_counter() - t0
-        step = StepInfo(lookup=match, has_drafter=self.has_drafter, pending_rows=self.pending_rows)
+        step = StepInfo(lookup=match, has_drafter=self.has_drafter, pending_rows=self.pending_rows,
+                        first=st.steps == 0)
         choice = policy.choose(step)
         if choice.source == DFLASH and not self.has_drafter:
             return PLAIN_STEP, None

@@ -46,6 +46,7 @@ class StepInfo:
     lookup: LookupMatch | None  # the context lookup's match at the anchor, if any
     has_drafter: bool
     pending_rows: int = 0  # target features a DFlash step would inject first
+    first: bool = False  # the reply's first step (its anchor is the prompt's last token)
 
 
 @dataclass(frozen=True)
