@@ -205,7 +205,7 @@ def test_plain_steps_feed_the_drafter_nothing_until_it_drafts(tiny_pair: tuple[P
         e.close()
 
 
-def test_the_policy_is_told_which_step_starts_the_reply(tiny_engine: Engine) -> None:
+def test_the_policy_is_told_which_step_starts_the_reply_and_what_waits(tiny_engine: Engine) -> None:
     from app.engine.draft_policy import PLAIN_STEP, StepInfo
 
     class Recorder:
@@ -213,9 +213,11 @@ def test_the_policy_is_told_which_step_starts_the_reply(tiny_engine: Engine) -> 
 
         def __init__(self) -> None:
             self.first: list[bool] = []
+            self.pending: list[int] = []
 
         def choose(self, step: StepInfo) -> Choice:
             self.first.append(step.first)
+            self.pending.append(step.pending_rows)
             return PLAIN_STEP
 
         def truncate(self, conf: object) -> int:
@@ -228,3 +230,6 @@ def test_the_policy_is_told_which_step_starts_the_reply(tiny_engine: Engine) -> 
     c = tiny_engine.complete(tiny_engine.tokenize(PROMPT), GenerationParams(max_tokens=6), policy=rec)
     # the last step has no room left to draft: the policy is not asked
     assert len(c.tokens) == 6 and rec.first == [True] + [False] * 4
+    # a speculative reply reads the whole prompt into the drafter before its first step; the plain
+    # steps' features then wait (one row each)
+    assert rec.pending == [0, 1, 2, 3, 4]
