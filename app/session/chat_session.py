@@ -28,7 +28,8 @@ from app.session.documents import ChatDocuments
 from app.session.settings import ChatSettings
 from app.session.summary import RateSeries, ReplySummary, RunningTotals, summarize
 from app.store import Store
-from app.store.records import STATUS_DONE, STATUS_ERROR, STATUS_STOPPED, STATUS_STREAMING
+from app.store.db import StoreError
+from app.store.records import STATUS_DONE, STATUS_ERROR, STATUS_INTERRUPTED, STATUS_STOPPED, STATUS_STREAMING
 
 
 @dataclass(kw_only=True)
@@ -168,13 +169,31 @@ class ChatSession:
                                   drafted_spans=[list(s) for s in spans], tps_series=list(series.points),
                                   finish_reason=ev.finish_reason, sources=[dict(s) for s in sources])
         except GeneratorExit:
-            self.store.update_message(msg.id, status=STATUS_STOPPED)
+            _mark(self.store, msg.id, STATUS_STOPPED, "")
+            raise
+        except StoreError as e:  # a step could not be saved (a full disk): the reply ends here, what is stored stays
+            _mark(self.store, msg.id, STATUS_INTERRUPTED, str(e))
             raise
         except Exception as e:
-            self.store.update_message(msg.id, status=STATUS_ERROR, error=str(e))
+            _mark(self.store, msg.id, STATUS_ERROR, str(e))
             raise
         finally:
-            self.store.touch(conv_id)
+            try:
+                self.store.touch(conv_id)
+            except StoreError:
+                pass  # only the chat's place in the list: the reply's own failure (if any) is what is raised
+
+
+def _mark(store: Store, msg_id: int, status: str, error: str) -> None:
+    """Set how a reply ended, if the store can still take a write; if not (the disk is still full) the row
+    stays 'streaming' and the next start marks it interrupted (Store.recover_interrupted)."""
+    try:
+        store.update_message(msg_id, status=status, error=error or None)
+    except StoreError:
+        try:  # the error text needs room the database has not: the status alone is a few bytes
+            store.update_message(msg_id, status=status)
+        except StoreError:
+            pass
 
 
 def _mark_cited(sources: list[dict], answer: str) -> list[dict]:

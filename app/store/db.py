@@ -12,9 +12,12 @@ import json
 import os
 import sqlite3
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from app.errors import FlashDeskError
+from app.store.failures import open_failure, write_failure
 from app.store.records import STATUS_INTERRUPTED, STATUS_STREAMING, Conversation, Message
 
 SCHEMA_VERSION = 2
@@ -93,16 +96,25 @@ class Store:
                 _add_missing_columns(self._db)
                 self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         except (sqlite3.DatabaseError, OSError) as e:
-            raise StoreError(f"{path}: cannot open the FlashDesk database ({e}); "
-                             f"move the file away to start with an empty one") from e
+            raise StoreError(open_failure(path, e)) from e
 
     def close(self) -> None:
         self._db.close()
 
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        """One transaction; a failed write (a full disk, a read-only folder) is a StoreError naming the
+        file and the cause, and the transaction is rolled back: what was stored before stays."""
+        try:
+            with self._db:
+                yield
+        except sqlite3.Error as e:
+            raise StoreError(write_failure(self.path, e)) from e
+
     # --- conversations --------------------------------------------------------
     def create_conversation(self, title: str = "New chat", system_prompt: str = "") -> Conversation:
         now = time.time()
-        with self._db:
+        with self._writing():
             cur = self._db.execute(
                 "INSERT INTO conversations(title, system_prompt, created_at, updated_at) VALUES (?,?,?,?)",
                 (title, system_prompt, now, now))
@@ -128,28 +140,28 @@ class Store:
 
     def rename_conversation(self, conv_id: int, title: str) -> None:
         title = title.strip() or "Untitled"
-        with self._db:
+        with self._writing():
             self._db.execute("UPDATE conversations SET title=? WHERE id=?", (title, conv_id))
 
     def set_system_prompt(self, conv_id: int, text: str) -> None:
-        with self._db:
+        with self._writing():
             self._db.execute("UPDATE conversations SET system_prompt=? WHERE id=?", (text, conv_id))
 
     def set_overrides(self, conv_id: int, overrides: dict) -> None:
-        with self._db:
+        with self._writing():
             self._db.execute("UPDATE conversations SET overrides=? WHERE id=?", (json.dumps(overrides), conv_id))
 
     def set_collections(self, conv_id: int, names: list[str]) -> None:
         """The document collections the chat answers from (empty: a plain chat)."""
-        with self._db:
+        with self._writing():
             self._db.execute("UPDATE conversations SET collections=? WHERE id=?", (json.dumps(list(names)), conv_id))
 
     def delete_conversation(self, conv_id: int) -> None:
-        with self._db:
+        with self._writing():
             self._db.execute("DELETE FROM conversations WHERE id=?", (conv_id,))
 
     def touch(self, conv_id: int) -> None:
-        with self._db:
+        with self._writing():
             self._db.execute("UPDATE conversations SET updated_at=? WHERE id=?", (time.time(), conv_id))
 
     # --- messages -------------------------------------------------------------
@@ -159,7 +171,7 @@ class Store:
         if role not in ("system", "user", "assistant"):
             raise StoreError(f"{self.path}: unknown message role {role!r}")
         now = time.time()
-        with self._db:
+        with self._writing():
             cur = self._db.execute(
                 "INSERT INTO messages(conversation_id, role, content, status, model, sources, created_at,"
                 " updated_at) VALUES (?,?,?,?,?,?,?,?)",
@@ -196,18 +208,25 @@ class Store:
             sets.append("sources=?")
             vals.append(json.dumps(sources))
         vals.append(msg_id)
-        with self._db:
+        with self._writing():
             self._db.execute(f"UPDATE messages SET {', '.join(sets)} WHERE id=?", vals)
 
     def delete_messages_from(self, msg_id: int, conv_id: int) -> int:
         """Delete message `msg_id` and every later one of its conversation; returns how many."""
-        with self._db:
+        with self._writing():
             cur = self._db.execute("DELETE FROM messages WHERE conversation_id=? AND id>=?", (conv_id, msg_id))
+        return cur.rowcount
+
+    def mark_interrupted(self, conv_id: int, error: str) -> int:
+        """The conversation's replies still 'streaming' (their writer died) become interrupted, saying why."""
+        with self._writing():
+            cur = self._db.execute("UPDATE messages SET status=?, error=?, updated_at=? WHERE conversation_id=? "
+                                   "AND status=?", (STATUS_INTERRUPTED, error, time.time(), conv_id, STATUS_STREAMING))
         return cur.rowcount
 
     def recover_interrupted(self) -> int:
         """Mark replies left 'streaming' by a crash as interrupted (their text is kept)."""
-        with self._db:
+        with self._writing():
             cur = self._db.execute("UPDATE messages SET status=? WHERE status=?",
                                    (STATUS_INTERRUPTED, STATUS_STREAMING))
         return cur.rowcount
@@ -223,7 +242,7 @@ class Store:
             return default  # a hand-edited or damaged value: fall back, never crash the app
 
     def set_setting(self, key: str, value: object) -> None:
-        with self._db:
+        with self._writing():
             self._db.execute("INSERT INTO settings(key, value) VALUES (?,?) "
                              "ON CONFLICT(key) DO UPDATE SET value=excluded.value", (key, json.dumps(value)))
 
