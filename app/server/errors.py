@@ -18,6 +18,9 @@ class ApiError(Exception):
         self.param = param
         self.headers = headers or {}
 
+    def __reduce__(self) -> tuple:  # pickled whole: the app's engine process sends a job's failure to the app
+        return (ApiError, (self.status, self.message, self.type, self.code, self.param, self.headers))
+
     def body(self) -> dict:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 

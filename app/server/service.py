@@ -198,6 +198,36 @@ class Job:
         finally:
             self._service.end(self)  # if not ended yet (a bug's exception)
 
+    @property
+    def max_tokens(self) -> int:
+        """The server's cap on tokens for a request that names none."""
+        return self._service.max_tokens
+
+    def relay(self, generate: Callable[[Job], None]) -> None:
+        """Like run(), for a generation made elsewhere (the app's engine process): `generate(self)`
+        has it made there and hands each report it gets back to `self.report`."""
+        if not self._service.start(self):
+            return  # abandoned while queued, or the server stopped
+        try:
+            generate(self)
+        finally:
+            self._service.end(self)  # if no Finished or Failed came (the engine process died)
+
+    def report(self, item: Started | Piece | Finished | Failed) -> None:
+        """One report of a generation made elsewhere: the record follows it, then the client hears it."""
+        r = self.record
+        if isinstance(item, Started):
+            r.prompt_tokens = item.prompt_tokens
+        elif isinstance(item, Finished):
+            st = item.stats
+            r.cached_tokens, r.completion_tokens = st["n_prompt_reused"], st["n_generated"]
+            r.tokens_per_s, r.tau, r.finish_reason = st["tokens_per_s"], st["tau"], item.finish_reason
+            self._service.end(self)
+        elif isinstance(item, Failed):
+            r.error = item.error.message
+            self._service.end(self)
+        self.send(item)
+
     def _fail(self, e: ApiError) -> None:
         self.record.error = e.message
         self._service.end(self)  # logged before the client hears: its record is there when it does

@@ -167,6 +167,8 @@ class MessageWidget(QFrame):
         note = _STATUS_NOTE.get(msg.status, "")
         if msg.status == STATUS_ERROR and msg.error:
             note = f"failed: {msg.error}"
+        elif msg.status == STATUS_INTERRUPTED and msg.error:  # cut off by a crash or a failed write
+            note = f"interrupted: {msg.error}; the text is kept"
         # only what changed: this runs at every streamed step, and each label change relayouts
         for label, text in ((self.role_label, "<b>You</b>" if user else
                              f"<b>Assistant</b> <span style='color:#8a9099;'>{msg.model}</span>"),

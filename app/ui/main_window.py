@@ -26,6 +26,7 @@ from app.session.conversation_ops import edit_user_message, prepare_regenerate, 
 from app.session.models import ModelSpec
 from app.session.settings import ChatSettings
 from app.store import Store
+from app.store.db import StoreError
 from app.ui import status_text
 from app.ui.chat_view import ChatView
 from app.ui.collection_picker import CollectionPicker
@@ -48,6 +49,8 @@ STATS_INTERVAL_MS = 100
 
 # settings keys
 K_GENERATION, K_MODEL, K_LAST_CONV = "generation", "model", "last_conversation"
+# the pair being loaded, kept until its load ends: still there at a start, that load crashed the engine (or the app)
+K_LOADING = "loading_model"
 K_GEOMETRY, K_SPLITTER, K_DRAFT_INPUT, K_COLOUR = "window_geometry", "splitter_state", "input_draft", "colour_drafts"
 
 
@@ -67,6 +70,7 @@ class MainWindow(QMainWindow):
         self.busy_conv: int | None = None
         self.model_info: ModelInfo | None = None
         self.loading = False
+        self.loading_spec: ModelSpec | None = None  # the pair asked for last (None: the bundled one)
         self._pending_stats: ReplyUpdate | None = None
         self._stats_timer = QTimer(self)
         self._stats_timer.setSingleShot(True)
@@ -77,10 +81,25 @@ class MainWindow(QMainWindow):
         self._wire()
         self._restore()
         self.controller.probe_devices()
-        if autoload:
+        crashed = self.store.get_setting(K_LOADING)
+        if autoload and model is None and isinstance(crashed, dict):
+            self._not_reloaded(crashed)
+        elif autoload:
             saved = self.store.get_setting(K_MODEL)
             spec = model or (ModelSpec.from_dict(saved) if isinstance(saved, dict) and saved.get("target") else None)
             self.load_model(spec)
+
+    def _not_reloaded(self, crashed: dict) -> None:
+        """The last start ended while it loaded this pair: say so, and leave the choice to the user."""
+        spec = ModelSpec.from_dict(crashed) if crashed.get("target") else None
+        label = spec.label if spec else "the bundled pair"
+        self.show_error(f"FlashDesk stopped while it loaded {label} last time (the engine process crashed or the "
+                        f"app was killed), so it was not loaded again. Load it, or pick another pair, in the "
+                        f"Model tab.", reload=True)
+        if spec is not None:
+            self.model_panel.show_spec(spec)
+        self.loading_spec = spec
+        self.tabs.show_panel(self.model_panel)
 
     # --- layout ---------------------------------------------------------------
     def _build(self) -> None:
@@ -115,7 +134,12 @@ class MainWindow(QMainWindow):
         self.banner.setStyleSheet("background:#fdecea; color:#8a1c12; padding:6px; border-radius:4px;")
         self.banner.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.banner.hide()
-        cl.addWidget(self.banner)
+        self.reload_button = CompactButton("Load the model again")  # after the engine process died
+        self.reload_button.hide()
+        banner_row = QHBoxLayout()
+        banner_row.addWidget(self.banner, 1)
+        banner_row.addWidget(self.reload_button)
+        cl.addLayout(banner_row)
         self.chat_view = ChatView(self.msg_model)
         cl.addWidget(self.chat_view, 1)
         self.input = InputBox()
@@ -168,6 +192,7 @@ class MainWindow(QMainWindow):
         self.settings_panel.settingsEdited.connect(self._settings_edited)
         self.settings_panel.systemPromptEdited.connect(self._system_prompt_edited)
         self.model_panel.loadRequested.connect(self.load_model)
+        self.reload_button.clicked.connect(lambda: self.load_model(self.loading_spec))
         self.model_panel.unloadRequested.connect(self.unload_model)
         # the Tools menu's panels, once opened
         self.tools.pairInstalled.connect(self._pair_installed)
@@ -185,6 +210,7 @@ class MainWindow(QMainWindow):
         w.devicesFound.connect(self._devices_found)
         w.planReady.connect(self._plan_ready)
         w.planFailed.connect(self._plan_failed)
+        w.engineCrashed.connect(self._engine_crashed)
 
     def _restore(self) -> None:
         geo = self.store.get_setting(K_GEOMETRY)
@@ -319,11 +345,19 @@ class MainWindow(QMainWindow):
         if spec is not None:
             spec = self.split_plan.with_split(spec)
         self.loading = True
+        self.loading_spec = spec
+        self._mark_loading(spec.to_dict() if spec else {"target": None})
         self.model_panel.set_busy(True)
         self.model_panel.show_error("")
         self.model_status.setText(status_text.loading_line(spec))
         auto = self.global_settings.adaptive and self.global_settings.speculative
         self.controller.load(spec, calibrate=auto)
+
+    def _mark_loading(self, value: dict | None) -> None:
+        try:
+            self.store.set_setting(K_LOADING, value)
+        except StoreError as e:  # a full disk or a read-only folder: said; the load itself goes on
+            self.show_error(str(e))
 
     def unload_model(self) -> None:
         self.controller.unload()
@@ -373,10 +407,13 @@ class MainWindow(QMainWindow):
         if stage == "baseline" and frac >= 1.0:
             self.model_panel.set_busy(False)
             self.loading = False
+            self._mark_loading(None)  # the load ended without a crash
 
     @skip_after_shutdown
     def _loaded(self, info: ModelInfo) -> None:
         self.model_info = info
+        if not self.reload_button.isHidden():  # the crash it followed is over
+            self.show_error("")
         self.store.set_setting(K_MODEL, info.spec.to_dict())
         self.model_panel.show_spec(info.spec)
         self.model_status.setText(status_text.loaded_line(info))
@@ -386,11 +423,27 @@ class MainWindow(QMainWindow):
     @skip_after_shutdown
     def _load_failed(self, message: str) -> None:
         self.loading = False
+        self._mark_loading(None)  # refused cleanly: nothing to guard the next start against
         self.model_panel.set_busy(False)
         self.model_panel.show_error(message)
         self.tabs.show_panel(self.model_panel)  # the error sits next to the fields to fix
         self.show_error(message)
         self.model_status.setText(status_text.line_after_failed_load(self.model_info))
+
+    @skip_after_shutdown
+    def _engine_crashed(self, message: str) -> None:
+        """The engine process died (the window did not): no model now; the chats are all stored.
+        A crash during a load leaves K_LOADING set, so the next start does not load that pair again."""
+        was_loading, self.loading = self.loading, False
+        if self.model_info is not None and not was_loading:
+            self.loading_spec = self.model_info.spec
+        self.model_info = None
+        self.model_panel.set_busy(False)
+        self.model_panel.show_error(message)
+        self.model_status.setText(status_text.NO_MODEL + " (the engine process stopped)")
+        self.show_error(message, reload=True)
+        if self.current_conv is not None:
+            self.msg_model.reload()  # the reply it streamed, as stored (marked interrupted)
 
     @skip_after_shutdown
     def _unloaded(self) -> None:
@@ -450,9 +503,11 @@ class MainWindow(QMainWindow):
         self.stats_panel.show_record(m.stats, f"Reply #{msg_id} ({m.status})")
         self.tabs.show_panel(self.stats_panel)
 
-    def show_error(self, text: str) -> None:
+    def show_error(self, text: str, reload: bool = False) -> None:
+        """The banner over the chat; `reload`: with the button that loads the last pair again."""
         self.banner.setText(text)
         self.banner.setVisible(bool(text))
+        self.reload_button.setVisible(bool(text) and reload)
 
     # --- showing and closing ---------------------------------------------------
     def showEvent(self, e: QShowEvent) -> None:  # noqa: N802 - Qt override

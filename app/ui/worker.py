@@ -1,32 +1,58 @@
-"""The engine in a worker QObject on its own QThread (GPT4All's ChatLLM shape).
+"""The engine's proxy: a worker QObject on its own QThread, talking to the engine process.
 
-The UI never touches the engine: it emits request signals (queued into the
-worker thread) and receives snapshots (ReplyUpdate, Baseline, SplitPlan)
-through queued signals; whatever loads native libraries or probes devices
-runs here too. Stop is a threading.Event per request, set directly from the
-UI thread, because the worker is busy inside the decode loop and only checks
-the event between steps.
+llama.cpp runs in a child process (app.host): an abort, a segfault or an
+out-of-memory kill there ends that process only, and the window says which
+model, how it ended and llama.cpp's last line (engineCrashed). The worker
+thread sends one request at a time to it and turns its messages into the
+signals below, so the UI never waits on the engine. Stop is a
+threading.Event per request, set directly from the UI thread; the worker
+passes it on to the child at once (the child stops after its step in flight;
+it runs at most REPLY_WINDOW steps ahead of what was shown).
 
-The local server (app.server) runs its generations here too, on the loaded
+The local server (app.server) runs its generations there too, on the loaded
 pair: WorkerExecutor queues each job into this thread (run_job), behind or
-ahead of the chat's replies, so one thread alone ever touches the engine.
+ahead of the chat's replies, and the job's reports come back from the child.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from app.errors import FlashDeskError
-from app.server.service import Job, ServedModel, model_id_of
-from app.session.chat_session import ChatSession
-from app.session.documents import ChatDocuments
-from app.session.models import ModelSpec, bundled_spec, check_spec, gpu_available, load_engine, plan_for
+from app.host.process import EngineCrashed, EngineProcess
+from app.host.protocol import (
+    Failed,
+    JobReport,
+    Load,
+    Loaded,
+    LoadProgress,
+    ModelInfo,
+    Plan,
+    ProbeDevices,
+    Reply,
+    Result,
+    ServeJob,
+    Unload,
+)
+from app.server.errors import server_error
+from app.server.service import ENDED, Job, model_id_of
+from app.server.service import Failed as JobFailed
+from app.session.chat_session import ReplyUpdate
+from app.session.models import ModelSpec
 from app.session.settings import ChatSettings
 from app.store import Store
+
+# steps the engine process may decode ahead of the window's acks (app.host.protocol.Reply.window): 0 costs
+# ~1.3 ms a token more on a loaded 2-core CPU (each step waits for this thread, which shares a GIL with the UI);
+# 4 keeps a stuck window from falling far behind (notes/notes.md, "The engine process")
+REPLY_WINDOW = 4
+
+__all__ = ["EngineController", "EngineWorker", "LoadRequest", "ModelInfo", "ReplyRequest", "WorkerExecutor"]
 
 
 @dataclass
@@ -43,18 +69,9 @@ class LoadRequest:
     cancel: threading.Event = field(default_factory=threading.Event)
 
 
-@dataclass
-class ModelInfo:
-    spec: ModelSpec
-    label: str
-    has_drafter: bool
-    block_size: int
-    prompt_format: str
-    n_ctx: int
-
-
 class EngineWorker(QObject):
-    """Lives in the worker thread; owns the Engine, the ChatSession and its own Store connection."""
+    """Lives in the worker thread; owns the engine process and a Store connection (for marking a reply
+    the process left streaming when it died)."""
 
     loadProgress = Signal(str, float)  # stage ("target", "drafter", "baseline"), fraction 0..1
     loaded = Signal(object)  # ModelInfo
@@ -67,14 +84,15 @@ class EngineWorker(QObject):
     devicesFound = Signal(bool)  # a GPU is usable
     planReady = Signal(object)  # app.scheduler.SplitPlan for the ModelSpec asked
     planFailed = Signal(str)
+    engineCrashed = Signal(str)  # the engine process died: what it ran, how it ended, llama.cpp's last line
 
-    def __init__(self, db_path: Path, documents_db: Path | None = None):
+    def __init__(self, db_path: Path, documents_db: Path | None = None, reply_window: int = REPLY_WINDOW):
         super().__init__()
         self._db_path = db_path
-        self._documents_db = documents_db  # the documents index chats with collections retrieve from
+        self.host = EngineProcess(db_path, documents_db)
+        self.reply_window = reply_window  # steps the child may decode ahead of the window (Reply.window)
         self._store: Store | None = None
-        self._engine = None
-        self._session: ChatSession | None = None
+        self.last_crash: EngineCrashed | None = None
         # the id the local server names the loaded model by; read from the server's thread
         self.served_model_id: str | None = None
 
@@ -83,108 +101,112 @@ class EngineWorker(QObject):
             self._store = Store(self._db_path)
         return self._store
 
+    def _ask(self, msg: object, cancel: threading.Event | None = None,
+             on_message: Callable[[object], None] | None = None) -> bool:
+        """Run one request in the engine process; False if the process died (engineCrashed said so)."""
+        try:
+            self.host.request(msg, on_message or self._dispatch, cancel)
+            return True
+        except EngineCrashed as e:
+            self.last_crash = e
+        except OSError as e:  # the process could not be started at all
+            self.last_crash = EngineCrashed(f"cannot start the engine process: {e}", "the engine process did not start")
+        self.served_model_id = None
+        self.engineCrashed.emit(str(self.last_crash))
+        return False
+
+    def _dispatch(self, m: object) -> None:
+        """The child's messages as this worker's signals."""
+        if isinstance(m, ReplyUpdate):
+            self.replyUpdate.emit(m)
+        elif isinstance(m, LoadProgress):
+            self.loadProgress.emit(m.stage, m.fraction)
+        elif isinstance(m, Loaded):
+            self.host.loaded_as(m.info.spec)
+            self.served_model_id = model_id_of(m.info.spec.target)
+            self.loaded.emit(m.info)
+        elif isinstance(m, Failed):
+            if m.kind == "reply":
+                self.replyFailed.emit(m.conversation_id, m.message)
+            elif m.kind == "plan":
+                self.planFailed.emit(m.message)
+            elif m.kind == "devices":
+                self.devicesFound.emit(False)
+            else:
+                self.loadFailed.emit(m.message)
+        elif isinstance(m, Result):
+            if m.kind == "baseline":
+                self.baselineReady.emit(m.value)
+            elif m.kind == "plan":
+                self.planReady.emit(m.value)
+            elif m.kind == "devices":
+                self.devicesFound.emit(bool(m.value))
+            elif m.kind == "unloaded":
+                self.host.forget_model()
+                self.served_model_id = None
+                self.unloaded.emit()
+
     @Slot()
     def probe_devices(self) -> None:
-        try:
-            self.devicesFound.emit(gpu_available())
-        except (OSError, FlashDeskError):
+        if not self._ask(ProbeDevices()):
             self.devicesFound.emit(False)
 
     @Slot(object)
     def load(self, req: LoadRequest) -> None:
         if req.cancel.is_set():  # superseded by a newer load before it started
             return
-        try:
-            spec = req.spec or bundled_spec()
-            # from the headers, before the loaded pair is given up: a mismatch keeps the old one working
-            checked = check_spec(spec)
-
-            def progress(stage: str, frac: float) -> bool:
-                self.loadProgress.emit(stage, float(frac))
-                return not req.cancel.is_set()
-
-            self._close_engine()
-            engine = load_engine(spec, progress, checked)
-        except (FlashDeskError, OSError, ValueError) as e:
-            if not req.cancel.is_set():  # a superseded load's "cancelled" is no news to the user
-                self.loadFailed.emit(str(e))
-            return
-        self._engine = engine
-        self._session = ChatSession(engine, self._the_store(), documents=ChatDocuments(self._documents_db))
-        self.served_model_id = model_id_of(spec.target)
-        self.loaded.emit(ModelInfo(spec, self._session.model_label, engine.has_drafter,
-                                   engine.block_size, self._session.format.name, engine.n_ctx))
-        if req.calibrate and engine.has_drafter:
-            self._calibrate()
-        self.loadProgress.emit("baseline", 0.0)
-        try:
-            self.baselineReady.emit(self._session.measure_baseline())
-        except FlashDeskError as e:
-            self.loadFailed.emit(f"measuring the plain-decoding baseline failed: {e}")
-        self.loadProgress.emit("baseline", 1.0)
-
-    def _calibrate(self) -> None:
-        """Measure (or read from the on-disk cache) the cost model "auto" needs, while the user
-        watches the load progress, instead of silently at the first reply."""
-        self.loadProgress.emit("calibrating", -1.0)  # -1: no fraction known
-        try:
-            self._session.calibrate()
-        except FlashDeskError as e:
-            self.loadFailed.emit(f"calibrating the draft-length costs failed: {e}")
+        self._ask(Load(req.spec, req.calibrate), req.cancel)
 
     @Slot(object)
     def plan(self, spec: ModelSpec) -> None:
-        """Plan `spec` on this machine's devices (detecting them loads the native libraries)."""
-        try:
-            self.planReady.emit(plan_for(spec))
-        except FlashDeskError as e:
-            self.planFailed.emit(f"cannot plan {spec.label}: {e}")
-        except Exception as e:  # a bad path or an unreadable GGUF: said in the window, the app goes on
-            self.planFailed.emit(f"cannot plan {spec.label}: {type(e).__name__}: {e}")
+        """Plan `spec` on this machine's devices (detecting them loads the native libraries: in the child)."""
+        self._ask(Plan(spec))
 
     @Slot()
     def unload(self) -> None:
-        self._close_engine()
-        self.unloaded.emit()
+        self._ask(Unload())
 
     @Slot(object)
     def generate(self, req: ReplyRequest) -> None:
         try:
-            if self._session is None:
-                raise FlashDeskError("no model is loaded: load one in the Model tab")
             if req.cancel.is_set():
                 return
-            for update in self._session.reply(req.conversation_id, req.settings, req.cancel):
-                self.replyUpdate.emit(update)
-        except FlashDeskError as e:
-            self.replyFailed.emit(req.conversation_id, str(e))
-        except Exception as e:  # keep the app alive on any engine error; the message says what happened
-            self.replyFailed.emit(req.conversation_id, f"{type(e).__name__}: {e}")
+            if not self._ask(Reply(req.conversation_id, req.settings, self.reply_window), req.cancel):
+                self._mark_interrupted(req.conversation_id)
         finally:
             self.replyEnded.emit(req.conversation_id)
 
+    def _mark_interrupted(self, conv_id: int) -> None:
+        """The child died mid-reply: its last stored step stays, marked interrupted (not streaming)."""
+        try:
+            self._the_store().mark_interrupted(conv_id, self.last_crash.short)
+        except FlashDeskError as e:  # the disk is full too: the next start marks it (recover_interrupted)
+            self.replyFailed.emit(conv_id, str(e))
+
     @Slot(object)
     def run_job(self, job: Job) -> None:
-        """A local server's generation, on the loaded pair with the chat session's draft controller."""
-        session = self._session
-        job.run(lambda: ServedModel.for_session(session) if session is not None else None)
+        """A local server's generation, in the engine process on the loaded pair (the chat session's
+        draft controller); its reports come back to the job here."""
+        job.relay(self._relay)
+
+    def _relay(self, job: Job) -> None:
+        def on_message(m: object) -> None:
+            if isinstance(m, JobReport):
+                job.report(m.item)
+            elif isinstance(m, Failed):
+                job.report(JobFailed(server_error(m.message)))
+
+        if not self._ask(ServeJob(job.request, job.max_tokens), job.cancel, on_message) and job.state != ENDED:
+            job.report(JobFailed(server_error(self.last_crash.short)))
 
     @Slot()
     def shutdown(self) -> None:
-        self._close_engine()
+        self.served_model_id = None
+        self.host.close()
         if self._store is not None:
             self._store.close()
             self._store = None
         QThread.currentThread().quit()
-
-    def _close_engine(self) -> None:
-        self.served_model_id = None
-        if self._session is not None:
-            self._session.close()
-        if self._engine is not None:
-            self._engine.close()
-        self._engine = None
-        self._session = None
 
 
 class EngineController(QObject):
@@ -198,11 +220,12 @@ class EngineController(QObject):
     _planRequested = Signal(object)
     _jobRequested = Signal(object)
 
-    def __init__(self, db_path: Path, parent: QObject | None = None, documents_db: Path | None = None):
+    def __init__(self, db_path: Path, parent: QObject | None = None, documents_db: Path | None = None,
+                 reply_window: int = REPLY_WINDOW):
         super().__init__(parent)
         self.thread = QThread()
         self.thread.setObjectName("flashdesk-engine")
-        self.worker = EngineWorker(db_path, documents_db)
+        self.worker = EngineWorker(db_path, documents_db, reply_window)
         self.worker.moveToThread(self.thread)
         self._loadRequested.connect(self.worker.load)
         self._unloadRequested.connect(self.worker.unload)

@@ -76,7 +76,9 @@ def hold_after_first_update(w) -> threading.Event:  # noqa: ANN001
     """Block the worker right after it emits its first reply step, until the returned event is set.
 
     The UI gets that step (queued before the worker blocks), so a test can press Stop while the
-    reply is provably mid-way, with no timing involved."""
+    reply is provably mid-way, with no timing involved: the engine process is put in lockstep
+    (reply window 0), so it waits for the worker's ack of that step before it decodes the next."""
+    w.controller.worker.reply_window = 0
     release = threading.Event()
     seen = []
 

@@ -42,6 +42,7 @@ def _one_of_each(conv_id: int, message_id: int) -> dict[str, tuple]:
         "devicesFound": (True,),
         "planReady": ({},),
         "planFailed": ("cannot plan t.gguf",),
+        "engineCrashed": ("the engine process ended (killed by SIGABRT) while loading t.gguf",),
     }
 
 

@@ -1,0 +1,118 @@
+"""The messages between the app and its engine process (pickled over one socket pair).
+
+The parent sends one request at a time and reads the child's messages until
+`Done`; only `Cancel` and `Ack` may cross while a request runs (the child's
+reader thread takes them). Everything here is a plain dataclass: no Qt, no
+llama.cpp objects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.server.service import GenerationRequest
+from app.session.models import ModelSpec
+from app.session.settings import ChatSettings
+
+
+@dataclass
+class ModelInfo:
+    """The loaded pair, as the window shows it."""
+    spec: ModelSpec
+    label: str
+    has_drafter: bool
+    block_size: int
+    prompt_format: str
+    n_ctx: int
+
+
+# --- parent -> child: requests --------------------------------------------------------------------------------------
+@dataclass
+class Load:
+    spec: ModelSpec | None  # None: the bundled pair
+    calibrate: bool = False
+
+
+@dataclass
+class Unload:
+    pass
+
+
+@dataclass
+class Reply:
+    conversation_id: int
+    settings: ChatSettings
+    # steps the child may decode ahead of the parent's acks (0: each step waits for its ack, so a
+    # Stop pressed while a step is shown ends the reply at the next one, as in-process)
+    window: int = 0
+
+
+@dataclass
+class Plan:
+    spec: ModelSpec
+
+
+@dataclass
+class ProbeDevices:
+    pass
+
+
+@dataclass
+class ServeJob:
+    """A local server request, run on the loaded pair with the chat session's controller."""
+    request: GenerationRequest
+    max_tokens: int  # the server's cap on tokens when the request names none
+
+
+@dataclass
+class Shutdown:
+    pass
+
+
+# --- parent -> child while a request runs ---------------------------------------------------------------------------
+@dataclass
+class Cancel:
+    """Stop the running request after its current step (or a load at its next progress report)."""
+
+
+@dataclass
+class Ack:
+    """The parent has shown one reply step (see Reply.window)."""
+
+
+# --- child -> parent -----------------------------------------------------------------------------------------------
+@dataclass
+class LoadProgress:
+    stage: str
+    fraction: float
+
+
+@dataclass
+class Loaded:
+    info: ModelInfo
+
+
+@dataclass
+class Failed:
+    """The request failed with a message for the user (kind: "load", "reply", "plan", "calibrate", "baseline")."""
+    kind: str
+    message: str
+    conversation_id: int = 0
+
+
+@dataclass
+class Result:
+    """A value the request produced (kind: "baseline", "plan", "devices", "unloaded")."""
+    kind: str
+    value: object = None
+
+
+@dataclass
+class JobReport:
+    """One of a server job's reports (app.server.service: Started, Piece, Finished, Failed)."""
+    item: object
+
+
+@dataclass
+class Done:
+    """The request has ended; the next one may be sent."""
