@@ -233,3 +233,14 @@ def test_the_policy_is_told_which_step_starts_the_reply_and_what_waits(tiny_engi
     # a speculative reply reads the whole prompt into the drafter before its first step; the plain
     # steps' features then wait (one row each)
     assert rec.pending == [0, 1, 2, 3, 4]
+
+
+def test_a_generation_abandoned_after_its_engine_closed_is_finalized_safely(tiny_pair: tuple[Path, Path]) -> None:
+    """An unfinished generator that outlives its engine (a failed test, a dropped reply) is closed
+    later by the GC: its cleanup resets caches that are gone, which must do nothing (it segfaulted
+    the test process in llama_memory_clear)."""
+    e = Engine(*tiny_pair, EngineConfig(n_ctx=512))
+    g = e.generate(e.tokenize(PROMPT), GenerationParams(max_tokens=20))
+    next(g)
+    e.close()
+    g.close()  # GeneratorExit inside the loop: its reset() meets closed contexts

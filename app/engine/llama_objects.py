@@ -348,6 +348,8 @@ class LlamaContext:
                                      shape=(self.pooled_embedding_dim,)).copy()
 
     def seq_rm(self, p0: int, p1: int = -1, seq: int = 0) -> bool:
+        if not self.ptr:
+            return False
         return bool(lc.llama_memory_seq_rm(self.mem, seq, p0, p1))
 
     def pos_max(self) -> int:
@@ -357,6 +359,8 @@ class LlamaContext:
         return lc.llama_memory_seq_pos_min(self.mem, 0)
 
     def clear(self) -> None:
+        if not self.ptr:  # closed: an abandoned generation finalized late (by the GC) resets nothing
+            return
         lc.llama_memory_clear(self.mem, True)
 
     def memory_breakdown(self) -> list[tuple[str, int, int, int]]:
