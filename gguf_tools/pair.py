@@ -95,6 +95,17 @@ def _check_tokenizer(t: GGUFInfo, d: GGUFInfo, add) -> None:  # noqa: ANN001 - l
                                           "another tokenizer, so its drafts would be the wrong ids" if tv == dv else
                       "different token lists: the drafter was made for another tokenizer"))
         return
+    # the drafter's own copy of the per-token scores and types is read by llama.cpp when it loads the
+    # drafter: where both files have them they must be the target's (a flipped byte in either hung
+    # the load or broke generation in the fuzz run)
+    differ = [k.removeprefix("tokenizer.ggml.") for k in ("tokenizer.ggml.scores", "tokenizer.ggml.token_type")
+              if t.has(k) and d.has(k) and t.array_digest(k) != d.array_digest(k)]
+    if differ:
+        add(PairCheck("tokenizer", False, f"identical token lists, but the drafter's token {' and '.join(differ)} "
+                                          "differ from the target's: one of the files is damaged, or the drafter "
+                                          "was converted with another tokenizer (gguf_tools convert copies the "
+                                          "target's)"))
+        return
     # drafts are token ids: identical token lists are what matters; the rest only informs
     others = [k.removeprefix("tokenizer.ggml.") for k in _TOKENIZER_KEYS if t.get(k) != d.get(k)]
     others += [k.removeprefix("tokenizer.ggml.") for k in _TOKENIZER_ARRAYS[1:]

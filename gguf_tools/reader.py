@@ -18,6 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from gguf_tools.errors import ModelLoadError, excerpt
@@ -99,6 +100,20 @@ class GGUFInfo:
                 return hashlib.sha256(f.read(lz.end - lz.start)).hexdigest()
         v = self.metadata.get(key)
         return hashlib.sha256(repr(v).encode()).hexdigest() if v is not None else None
+
+    def scalar_array(self, key: str) -> np.ndarray | None:
+        """A numeric metadata array's values (None: absent, or not an array of numbers); a large
+        one is read from its raw bytes in one go (a vocabulary's scores: 262k floats)."""
+        if key in self._lazy:
+            lz = self._lazy[key]
+            if lz.elem_type not in _SCALAR:
+                return None
+            dt = np.dtype(_SCALAR[lz.elem_type])
+            with open(self.path, "rb") as f:
+                f.seek(lz.start)
+                return np.frombuffer(f.read(dt.itemsize * lz.count), dtype=dt)
+        v = self.metadata.get(key)
+        return np.asarray(v) if isinstance(v, list) and all(isinstance(x, int | float) for x in v) else None
 
     def tensor(self, name: str) -> TensorInfo | None:
         for t in self.tensors:

@@ -35,6 +35,8 @@ MAX_HEAD_DIM = 1 << 12
 MAX_FF = 1 << 21
 MAX_VOCAB = 1 << 24  # the largest vocabularies are ~1M tokens
 MAX_CTX_TRAIN = 1 << 27
+MAX_TOKEN_SCORE = 1e30  # |score|: SentencePiece log-probs are ~-3e5..0; NaN or inf hang llama.cpp's tokenizer
+TOKEN_TYPES = range(0, 7)  # llama.cpp's LLAMA_TOKEN_TYPE_UNDEFINED .. _BYTE
 # a DFlash drafter: block sizes the engine and llama.cpp's dflash graph handle (DFlash ships 10 and 16)
 MIN_BLOCK, MAX_BLOCK = 2, 64
 MAX_TARGET_LAYERS = 64
@@ -186,7 +188,33 @@ def _vocab(c: _Checker) -> int | None:
         m = info.array_len(other)
         if info.has(other) and m != n:
             c.add(other, f"{other} holds {excerpt(m)} values for {n:,} tokens (allowed: {n:,}, one per token)")
+    _token_values(c)
     return n
+
+
+def _token_values(c: _Checker) -> None:
+    """Per-token scores finite and bounded, token types llama.cpp knows (a flipped byte in either
+    hung llama.cpp's tokenizer or broke generation in the fuzz run)."""
+    key = "tokenizer.ggml.scores"
+    scores = c.info.scalar_array(key)
+    if scores is not None:
+        a = scores.astype(np.float64)
+        with np.errstate(invalid="ignore"):
+            bad = np.flatnonzero(~(np.abs(a) <= MAX_TOKEN_SCORE))  # NaN compares false: out too
+        if bad.size:
+            i = int(bad[0])
+            c.add(key, f"{key}: token {i:,} has score {float(a[i]):.3g} (allowed: finite, |score| <= "
+                       f"{MAX_TOKEN_SCORE:g}; {bad.size:,} tokens out of range)")
+    key = "tokenizer.ggml.token_type"
+    types = c.info.scalar_array(key)
+    if types is not None:
+        t = types.astype(np.int64)
+        lo, hi = TOKEN_TYPES.start, TOKEN_TYPES.stop - 1
+        bad = np.flatnonzero((t < lo) | (t > hi))
+        if bad.size:
+            i = int(bad[0])
+            c.add(key, f"{key}: token {i:,} has type {int(t[i])} (allowed: {lo}..{hi}; "
+                       f"{bad.size:,} tokens out of range)")
 
 
 def _tensor_names(c: _Checker, arch: str, n_blocks: int) -> None:
