@@ -10,8 +10,6 @@ takes the parent's Cancel and Ack while it decodes.
 
 from __future__ import annotations
 
-import ctypes
-import os
 import queue
 import sys
 import threading
@@ -20,6 +18,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 from app.errors import FlashDeskError
+from app.host.abort_hook import abort_here_if_asked
 from app.host.protocol import (
     Ack,
     Cancel,
@@ -43,12 +42,6 @@ from app.session.chat_session import ChatSession
 from app.session.documents import ChatDocuments
 from app.session.models import bundled_spec, check_spec, gpu_available, load_engine, plan_for
 from app.store import Store
-from native.lib import build_info
-
-# Test hook: "load" or "reply" makes this process abort through ggml's own GGML_ASSERT path (a real native
-# abort, with its line on stderr) at the first load progress report or after the first reply step.
-ABORT_ENV = "FLASHDESK_TEST_ENGINE_ABORT"
-
 
 _KIND = {Load: "load", Unload: "load", Reply: "reply", Plan: "plan", ProbeDevices: "devices", ServeJob: "job"}
 
@@ -129,7 +122,7 @@ class Host:
 
             def progress(stage: str, frac: float) -> bool:
                 self.send(LoadProgress(stage, float(frac)))
-                _test_abort("load")
+                abort_here_if_asked("load")  # test hook: at the first load progress report
                 return not flow.cancel.is_set()
 
             store = self._the_store()
@@ -179,7 +172,7 @@ class Host:
                 return
             for update in self._session.reply(conv, req.settings, flow.cancel):
                 self.send(update)
-                _test_abort("reply")
+                abort_here_if_asked("reply")  # test hook: after the first reply step
                 if update.finish_reason is None:
                     flow.acks.acquire()  # at most `window` steps ahead of what the window has shown
         except FlashDeskError as e:
@@ -217,15 +210,6 @@ class _Inline:
     def submit(self, job: Job) -> None:
         job.cancel = self._flow.cancel
         job.run(self._provider)
-
-
-def _test_abort(where: str) -> None:
-    if os.environ.get(ABORT_ENV) != where:
-        return
-    ggml = ctypes.CDLL(str(build_info().lib_dir / "libggml-base.so"))
-    ggml.ggml_abort.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p]
-    # the text is the format itself (no % in it): ggml prints "file:line: text", then aborts
-    ggml.ggml_abort(b"flashdesk-test-hook", 1, f"GGML_ASSERT({ABORT_ENV}={where}) failed".encode())
 
 
 def main(argv: list[str]) -> int:

@@ -58,22 +58,8 @@ class EngineProcess:
         return self._proc.pid if self._proc is not None else None
 
     def _start(self) -> None:
-        parent, child = multiprocessing.Pipe()  # a socket pair; the child gets its end as an inherited fd
-        fd, log = tempfile.mkstemp(prefix="flashdesk-engine-", suffix=".log")
-        self.log_path = Path(log)
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(_REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
-        # ggml runs gdb for a backtrace before it aborts (seconds, where gdb is installed): off unless the user
-        # set the variable, so the window says the crash at once
-        env.setdefault("GGML_NO_BACKTRACE", "1")
-        cmd = [sys.executable, "-m", "app.host.child", str(child.fileno()), str(self._db_path),
-               str(self._documents_db or "")]
-        try:
-            self._proc = subprocess.Popen(cmd, pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, stdout=fd,
-                                          stderr=fd, env=env, cwd=str(_REPO))
-        finally:
-            child.close()
-            os.close(fd)
-        self._conn = parent
+        self._proc, self._conn, self.log_path = spawn_child(
+            "app.host.child", [str(self._db_path), str(self._documents_db or "")], "engine")
 
     def request(self, msg: object, on_message: Callable[[object], None],
                 cancel: threading.Event | None = None) -> None:
@@ -123,18 +109,19 @@ class EngineProcess:
         except OSError:  # BrokenPipe/ConnectionReset: it died between requests
             raise self._crashed() from None
 
-    def _crashed(self) -> EngineCrashed:
+    def died(self) -> EngineCrashed | None:
+        """Between requests: the crash of a process that ended while idle (an out-of-memory kill with no
+        request running), once; None while it lives or when none was started."""
+        if self._proc is None or self._proc.poll() is None:
+            return None
+        return self._crashed(idle=True)
+
+    def _crashed(self, idle: bool = False) -> EngineCrashed:
         """Collect the dead process (its exit status, the log's last llama.cpp line) and forget it."""
         proc, conn = self._proc, self._conn
         self._proc = self._conn = None
-        conn.close()
-        try:
-            rc = proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:  # it closed its end but lives on: end it
-            proc.kill()
-            rc = proc.wait()
-        how = _exit_text(rc)
-        doing = self._doing()
+        how = reap_child(proc, conn)
+        doing = self._doing(idle)
         self._loading, self.loaded = False, None
         line = last_native_line(self.log_path)
         short = f"the engine process ended ({how})"
@@ -144,34 +131,72 @@ class EngineProcess:
         msg += f" (log: {self.log_path}). Your chats are kept: load the pair again or pick another model."
         return EngineCrashed(msg, short)
 
-    def _doing(self) -> str:
+    def _doing(self, idle: bool) -> str:
         spec = self._loading_spec if self._loading else self.loaded
-        verb = "loading" if self._loading else "running"
         if spec is None:
             return "loading the bundled pair" if self._loading else "no model was loaded"
         files = ", ".join(str(p) for p in (spec.target, spec.drafter) if p)
-        return f"{verb} {spec.label} ({files})"
+        if idle:
+            return f"idle with {spec.label} ({files}) loaded"
+        return f"{'loading' if self._loading else 'running'} {spec.label} ({files})"
 
     def close(self, timeout_s: float = 30.0) -> None:
         """Ask the process to free the engine and exit; end it if it does not."""
         proc, conn = self._proc, self._conn
         self._proc = self._conn = None
-        if proc is None:
-            return
-        try:
-            conn.send(Shutdown())
-            proc.wait(timeout=timeout_s)
-        except (OSError, subprocess.TimeoutExpired):
-            proc.kill()
-            proc.wait()
-        conn.close()
-        if proc.returncode == 0 and self.log_path is not None:
-            self.log_path.unlink(missing_ok=True)  # a clean exit: nothing to read later
+        if proc is not None:
+            stop_child(proc, conn, self.log_path, timeout_s)
 
     def kill(self) -> None:
         """SIGKILL the process now, from any thread (what an out-of-memory kill does; the tests use it)."""
         if self._proc is not None:
             self._proc.kill()
+
+
+def spawn_child(module: str, args: list[str], log_name: str) -> tuple[subprocess.Popen, Connection, Path]:
+    """Start `python -m module FD *args` joined by a socket pair (the child gets its end as fd FD), its
+    stdout and stderr in a fresh log file (llama.cpp's GGML_ASSERT lines land there)."""
+    parent, child = multiprocessing.Pipe()
+    fd, log = tempfile.mkstemp(prefix=f"flashdesk-{log_name}-", suffix=".log")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(_REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    # ggml runs gdb for a backtrace before it aborts (seconds, where gdb is installed): off unless the user
+    # set the variable, so the window says the crash at once
+    env.setdefault("GGML_NO_BACKTRACE", "1")
+    cmd = [sys.executable, "-m", module, str(child.fileno()), *args]
+    try:
+        proc = subprocess.Popen(cmd, pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, stdout=fd,
+                                stderr=fd, env=env, cwd=str(_REPO))
+    except BaseException:
+        parent.close()
+        raise
+    finally:
+        child.close()
+        os.close(fd)
+    return proc, parent, Path(log)
+
+
+def reap_child(proc: subprocess.Popen, conn: Connection) -> str:
+    """Collect a child that closed its end (or died): how it ended, in words."""
+    conn.close()
+    try:
+        rc = proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:  # it closed its end but lives on: end it
+        proc.kill()
+        rc = proc.wait()
+    return _exit_text(rc)
+
+
+def stop_child(proc: subprocess.Popen, conn: Connection, log_path: Path | None, timeout_s: float) -> None:
+    """Ask a child to exit (Shutdown); end it if it does not in time. A clean exit's log is removed."""
+    try:
+        conn.send(Shutdown())
+        proc.wait(timeout=timeout_s)
+    except (OSError, subprocess.TimeoutExpired):
+        proc.kill()
+        proc.wait()
+    conn.close()
+    if proc.returncode == 0 and log_path is not None:
+        log_path.unlink(missing_ok=True)  # nothing to read later
 
 
 def _exit_text(rc: int) -> str:

@@ -116,3 +116,21 @@ class JobReport:
 @dataclass
 class Done:
     """The request has ended; the next one may be sent."""
+
+
+# --- the embedding model's process (app.host.embedder) ----------------------------------------------------------------
+@dataclass
+class EmbedderReady:
+    """The embedding model has loaded (or the child sends Failed("embed", ...) and exits)."""
+    dim: int
+
+
+@dataclass
+class Embed:
+    texts: list[str]
+
+
+@dataclass
+class Vectors:
+    """(len(texts), dim) float32 rows of unit length, in the order of Embed.texts."""
+    vectors: object

@@ -4,7 +4,8 @@ progress with cancel.
 Indexing runs in an IndexWorker on its own QThread with its own database
 connection; the panel reads through another (SQLite WAL lets both work at
 once). On open, collections left with pending files (the app was closed or
-killed mid-run) resume by themselves. Nothing here knows llama.cpp.
+killed mid-run) resume by themselves. Nothing here knows llama.cpp: an
+embedding model runs in its own process (app.host.embedder).
 """
 
 from __future__ import annotations
@@ -33,10 +34,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.documents.embedding import EmbeddingModel
 from app.documents.index import FAILED, INDEXED, PENDING, SKIPPED, DocumentIndex, FileRecord, default_db_path
 from app.documents.indexer import FileEvent, Indexer, IndexProgress
 from app.errors import FlashDeskError
+from app.host.embedder import EmbedderProcess
 
 _STATE_COLOURS = {INDEXED: "#1b7f3b", PENDING: "#6a717a", SKIPPED: "#9a6700", FAILED: "#b42318"}
 
@@ -53,7 +54,7 @@ class IndexWorker(QObject):
         super().__init__()
         self._db_path = db_path
         self._index: DocumentIndex | None = None
-        self._embedders: dict[str, EmbeddingModel] = {}
+        self._embedders: dict[str, EmbedderProcess] = {}  # llama.cpp runs in their processes, not here
 
     @Slot(str, object)
     def run(self, collection: str, cancel: threading.Event) -> None:
@@ -76,11 +77,11 @@ class IndexWorker(QObject):
         except Exception as e:  # noqa: BLE001 - the panel shows it; the thread must live on
             self.failed.emit(collection, f"{type(e).__name__}: {e}")
 
-    def _embedder(self, path: str | None) -> EmbeddingModel | None:
+    def _embedder(self, path: str | None) -> EmbedderProcess | None:
         if not path:
             return None
         if path not in self._embedders:
-            self._embedders[path] = EmbeddingModel(path)
+            self._embedders[path] = EmbedderProcess(path)
         return self._embedders[path]
 
     @Slot()

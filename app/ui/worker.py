@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from PySide6.QtCore import QObject, QThread, Signal, Slot
+from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
 
 from app.errors import FlashDeskError
 from app.host.process import EngineCrashed, EngineProcess
@@ -51,6 +51,7 @@ from app.store import Store
 # ~1.3 ms a token more on a loaded 2-core CPU (each step waits for this thread, which shares a GIL with the UI);
 # 4 keeps a stuck window from falling far behind (notes/notes.md, "The engine process")
 REPLY_WINDOW = 4
+WATCH_MS = 1000  # how often an idle engine process is checked for life
 
 __all__ = ["EngineController", "EngineWorker", "LoadRequest", "ModelInfo", "ReplyRequest", "WorkerExecutor"]
 
@@ -95,11 +96,31 @@ class EngineWorker(QObject):
         self.last_crash: EngineCrashed | None = None
         # the id the local server names the loaded model by; read from the server's thread
         self.served_model_id: str | None = None
+        # between requests, a look at whether the process still lives (an out-of-memory kill while idle is
+        # said at once, not at the next message); it cannot fire during a request: this thread is in it
+        self._watch = QTimer(self)
+        self._watch.setInterval(WATCH_MS)
+        self._watch.timeout.connect(self._check_idle)
 
     def _the_store(self) -> Store:
         if self._store is None:  # opened in the worker thread: sqlite connections stay in their thread
             self._store = Store(self._db_path)
         return self._store
+
+    @Slot()
+    def start_watching(self) -> None:
+        self._watch.start()
+
+    @Slot()
+    def _check_idle(self) -> None:
+        crash = self.host.died()
+        if crash is not None:
+            self._crashed(crash)
+
+    def _crashed(self, crash: EngineCrashed) -> None:
+        self.last_crash = crash
+        self.served_model_id = None
+        self.engineCrashed.emit(str(crash))
 
     def _ask(self, msg: object, cancel: threading.Event | None = None,
              on_message: Callable[[object], None] | None = None) -> bool:
@@ -108,11 +129,9 @@ class EngineWorker(QObject):
             self.host.request(msg, on_message or self._dispatch, cancel)
             return True
         except EngineCrashed as e:
-            self.last_crash = e
+            self._crashed(e)
         except OSError as e:  # the process could not be started at all
-            self.last_crash = EngineCrashed(f"cannot start the engine process: {e}", "the engine process did not start")
-        self.served_model_id = None
-        self.engineCrashed.emit(str(self.last_crash))
+            self._crashed(EngineCrashed(f"cannot start the engine process: {e}", "the engine process did not start"))
         return False
 
     def _dispatch(self, m: object) -> None:
@@ -201,6 +220,7 @@ class EngineWorker(QObject):
 
     @Slot()
     def shutdown(self) -> None:
+        self._watch.stop()
         self.served_model_id = None
         self.host.close()
         if self._store is not None:
@@ -234,6 +254,7 @@ class EngineController(QObject):
         self._probeRequested.connect(self.worker.probe_devices)
         self._planRequested.connect(self.worker.plan)
         self._jobRequested.connect(self.worker.run_job)
+        self.thread.started.connect(self.worker.start_watching)
         self.current_reply: ReplyRequest | None = None
         self.current_load: LoadRequest | None = None
         self.thread.start()

@@ -12,7 +12,7 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
 
-from app.host.child import ABORT_ENV
+from app.host.abort_hook import ABORT_ENV
 from app.session.models import ModelSpec
 from app.store import Store
 from app.store.records import STATUS_DONE, STATUS_INTERRUPTED
@@ -97,5 +97,20 @@ def test_a_kill_mid_reply_marks_it_interrupted_and_the_app_goes_on(qtbot, open_w
     qtbot.mouseClick(w.reload_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: w.model_info is not None and not w.loading, timeout=LOAD_TIMEOUT_MS)
     assert w.model_info.spec.target == tiny_spec.target
+    send(qtbot, w, "hello")
+    assert w.store.messages(w.current_conv)[-1].status == STATUS_DONE
+
+
+def test_a_kill_while_idle_is_said_without_a_request(qtbot, open_window, tiny_spec: ModelSpec,  # noqa: ANN001
+                                                     tmp_path: Path):
+    w = open_window(tmp_path / "db.sqlite3", tiny_spec)
+    assert w.model_info is not None
+    w.controller.worker.host.kill()  # an out-of-memory kill with nothing running
+    qtbot.waitUntil(lambda: "engine process ended" in w.banner.text(), timeout=CRASH_TIMEOUT_MS)
+    text = w.banner.text()
+    assert "killed by SIGKILL" in text and "while idle with" in text and tiny_spec.target in text, text
+    assert w.model_info is None and w.reload_button.isVisibleTo(w) and w.isVisible()
+    qtbot.mouseClick(w.reload_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: w.model_info is not None and not w.loading, timeout=LOAD_TIMEOUT_MS)
     send(qtbot, w, "hello")
     assert w.store.messages(w.current_conv)[-1].status == STATUS_DONE
