@@ -1,16 +1,22 @@
 """Hostile GGUFs through inspect, pair and a real load: nothing may abort, hang, or say too much.
 
-    python scripts/fuzz_gguf.py [--n 300] [--out DIR] [--load] [--json report.json]
+    python scripts/fuzz_gguf.py [--n 300] [--out DIR] [--load] [--app-load] [--json report.json]
 
 Copies of the bundled target and drafter (gguf_tools.edit; the target's copies
 are sparse, its data is never needed before a refusal) with truncations, byte
 flips in the header (KV section and tensor infos), out-of-range metadata, bad
 `d2t` ids and bad target layer ids. Each goes through `gguf_tools inspect` and
-`gguf_tools pair` (with the other bundled file) in this process; with --load,
-every one that pair calls compatible (or, for a target, that inspect accepts)
-is loaded by `flashdesk generate` in a child process, where an abort would
-show as a signal. The summary counts crashes, hangs, "compatible" verdicts
-followed by a failed load, and the longest message.
+`gguf_tools pair` (with the other bundled file) in this process.
+
+--load: every one that pair calls compatible (or, for a target, that inspect
+accepts: then alone, with no drafter, as the app allows) is loaded by
+`flashdesk generate` in a child process, where an abort shows as a signal.
+--app-load: each is also loaded as the window loads it (the same pair, or that
+target alone): a Load request to the app's engine process (app.host), whose
+death shows as EngineCrashed.
+
+The summary counts crashes, hangs, "compatible" verdicts followed by a failed
+load, and the longest message.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ import json
 import struct
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -30,6 +38,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.bundled import default_drafter, default_target  # noqa: E402
+from app.host.process import EngineCrashed, EngineProcess  # noqa: E402
+from app.host.protocol import Failed, Load, Loaded  # noqa: E402
+from app.session.models import ModelSpec  # noqa: E402
 from gguf_tools.__main__ import main as tools  # noqa: E402
 from gguf_tools.edit import copy_gguf  # noqa: E402
 from gguf_tools.reader import read_gguf  # noqa: E402
@@ -161,12 +172,40 @@ def _load(target: Path, drafter: Path | None, timeout: float) -> tuple[int | str
     return r.returncode, r.stderr[-2000:]
 
 
+def _app_load(host: EngineProcess, target: Path, drafter: Path | None, timeout: float) -> tuple[str, str]:
+    """Load the pair as the window does; ("loaded" | "refused" | "crash" | "hang", the message shown)."""
+    msgs: list[object] = []
+    crash: list[str] = []
+
+    def run() -> None:
+        try:
+            spec = ModelSpec(str(target), str(drafter) if drafter else None, n_ctx=256, n_threads=2)
+            host.request(Load(spec), msgs.append)
+        except EngineCrashed as e:
+            crash.append(str(e))
+
+    th = threading.Thread(target=run, daemon=True)
+    th.start()
+    th.join(timeout)
+    if th.is_alive():
+        host.kill()
+        th.join()
+        return "hang", ""
+    if crash:
+        return "crash", crash[0]
+    failed = [m.message for m in msgs if isinstance(m, Failed)]
+    if failed:
+        return "refused", failed[0]
+    return ("loaded" if any(isinstance(m, Loaded) for m in msgs) else "refused"), ""
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=300)
     ap.add_argument("--out", default="/tmp/flashdesk-fuzz")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--load", action="store_true", help="load what the checks accept, in a child process")
+    ap.add_argument("--app-load", action="store_true", help="load every file through the app's engine process")
     ap.add_argument("--timeout", type=float, default=120.0)
     ap.add_argument("--json", help="write every case here")
     args = ap.parse_args(argv)
@@ -178,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(args.seed)
     cases, t0 = [], time.perf_counter()
+    host = EngineProcess(Path(tempfile.mkdtemp(prefix="flashdesk-fuzz-db-")) / "db.sqlite3") if args.app_load else None
     for label, role, path in _variants(target, drafter, out, args.n, rng):
         t, d = (path, drafter) if role == "target" else (target, path)
         rc_i, msg_i = _quiet(tools, ["inspect", str(path)])
@@ -188,22 +228,38 @@ def main(argv: list[str] | None = None) -> int:
             case["longest_message"] = max(case["longest_message"],
                                           max((len(x) for x in msg_p.splitlines() if x.startswith("[FAIL]")),
                                               default=0))
-        if args.load and rc_p == 0:
+        # a target the pair check refuses may still be loaded alone (no drafter), as the app allows
+        alone = role == "target" and rc_i == 0 and rc_p != 0
+        if alone:
+            d = None
+        if args.load and (rc_p == 0 or alone):
             rc_l, err = _load(t, d, args.timeout)
             case["load_rc"] = rc_l
             case["load_error"] = err.strip().splitlines()[-1][:300] if rc_l and err.strip() else ""
+        if host is not None:
+            case["app_load"], msg_a = _app_load(host, t, d, args.timeout)
+            case["alone"] = alone
+            case["app_message"] = msg_a[:300]
+            case["longest_message"] = max(case["longest_message"], len(msg_a))
         cases.append(case)
         path.unlink(missing_ok=True)
+    if host is not None:
+        host.close()
     crashed = [c for c in cases if c["inspect_rc"] == -1000 or c["pair_rc"] == -1000
-               or (isinstance(c.get("load_rc"), int) and c["load_rc"] < 0)]
+               or (isinstance(c.get("load_rc"), int) and c["load_rc"] < 0) or c.get("app_load") == "crash"]
     summary = {
         "files": len(cases), "seconds": round(time.perf_counter() - t0, 1),
         "inspect_refused": sum(c["inspect_rc"] != 0 for c in cases),
         "pair_not_compatible_or_error": sum(c["pair_rc"] != 0 for c in cases),
         "loaded": sum("load_rc" in c for c in cases),
         "exceptions_or_crashes": len(crashed),
-        "hangs": sum(c.get("load_rc") == "hang" for c in cases),
-        "compatible_then_failed_load": sum(c.get("load_rc") not in (None, 0) for c in cases),
+        "app_loaded": sum(c.get("app_load") == "loaded" for c in cases),
+        "app_engine_crashes": sum(c.get("app_load") == "crash" for c in cases),
+        "hangs": sum(c.get("load_rc") == "hang" or c.get("app_load") == "hang" for c in cases),
+        "compatible_then_failed_load": sum(c.get("load_rc") not in (None, 0)
+                                           or ((c["pair_rc"] == 0 or c.get("alone"))
+                                               and c.get("app_load") not in (None, "loaded"))
+                                           for c in cases),
         "longest_message": max(c["longest_message"] for c in cases),
     }
     print(json.dumps(summary, indent=2))
