@@ -103,11 +103,11 @@ def _sum_by_choice(rows: list[dict], mode: str, key: str) -> dict[str, list[floa
 def cost_model_check(rows: list[dict], modes: list[str], cost: CostModel) -> dict:
     """Predicted against measured step time, per mode and choice "source:k" (mean over the run's
     steps): `calibrated`, the cost model as calibrated before the run for a steady step (no graph
-    rebuild), for every mode; `calibrated_rebuilds`, the same calibrated model step by step with
-    its rebuild cost (switch_s) added where the verify size differs from the step before (the
-    first step of a generation included), as the controller reads it; `live`, for the
-    controller's modes, what its own cost model (refreshed from the steps it saw) expected when
-    it chose. {mode: {choice: {steps, measured_ms, calibrated_ms, error, calibrated_rebuilds_ms,
+    rebuild) at each step's context; `calibrated_rebuilds`, the same step by step with its
+    rebuild cost (switch_s) added where the verify size differs from the step before (the first
+    step of a generation included), as the controller reads it; `live`, for the controller's
+    modes, what its own cost model (refreshed from the steps it saw) expected when it chose.
+    {mode: {choice: {steps, measured_ms, calibrated_ms, error, calibrated_rebuilds_ms,
     rebuilds_error, [live_ms, live_error]}}, max_abs_error{,_rebuilds,_live}: over choices with
     >= 20 steps}."""
     out: dict = {}
@@ -115,19 +115,17 @@ def cost_model_check(rows: list[dict], modes: list[str], cost: CostModel) -> dic
     for m in modes:
         measured = _sum_by_choice(rows, m, "step_ms_by_choice")
         live = _sum_by_choice(rows, m, "predicted_step_ms_by_choice")
-        rebuilds = _calibrated_with_rebuilds(rows, m, cost)
+        steady, rebuilds = _calibrated_by_step(rows, m, cost)
         block = {}
         for choice, (n, ms) in measured.items():
-            source, k = choice.split(":")[0], int(choice.split(":")[1])
-            if k + 1 >= len(cost.verify_s):
+            if choice not in steady:  # a size past the calibrated range
                 continue
             meas = ms / n
-            pred = cost.step_time(k, dflash=source == DFLASH) * 1e3
+            pred = steady[choice][1] / steady[choice][0]
+            rb = rebuilds[choice][1] / rebuilds[choice][0]
             e = {"steps": int(n), "measured_ms": round(meas, 3), "calibrated_ms": round(pred, 3),
-                 "error": round(pred / meas - 1.0, 4)}
-            if choice in rebuilds:
-                rb = rebuilds[choice][1] / rebuilds[choice][0]
-                e.update(calibrated_rebuilds_ms=round(rb, 3), rebuilds_error=round(rb / meas - 1.0, 4))
+                 "error": round(pred / meas - 1.0, 4), "calibrated_rebuilds_ms": round(rb, 3),
+                 "rebuilds_error": round(rb / meas - 1.0, 4)}
             if choice in live:
                 lv = live[choice][1] / live[choice][0]
                 e.update(live_ms=round(lv, 3), live_error=round(lv / meas - 1.0, 4))
@@ -142,27 +140,32 @@ def cost_model_check(rows: list[dict], modes: list[str], cost: CostModel) -> dic
     return out
 
 
-def _calibrated_with_rebuilds(rows: list[dict], mode: str, cost: CostModel) -> dict[str, list[float]]:
-    """{choice: [steps, total ms]}: the calibrated step time of every step of `mode`, a graph
-    rebuild counted where its verify size differs from the step before (the first step follows
-    the prompt's pass, so it rebuilds too), its injected rows from what it emitted."""
-    out: dict[str, list[float]] = {}
+def _calibrated_by_step(rows: list[dict], mode: str,
+                        cost: CostModel) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """({choice: [steps, total ms]} steady, the same with rebuilds): the calibrated step time of
+    every step of `mode` at its context (the prompt and what the reply emitted before it), its
+    injected rows from what it emitted; with rebuilds, a graph rebuild counted where its verify
+    size differs from the step before (the first step follows the prompt's pass, so it rebuilds
+    too)."""
+    steady: dict[str, list[float]] = {}
+    rebuilt: dict[str, list[float]] = {}
     for r in rows:
         e = r["modes"][mode]
         last_n = -1
+        n_past = e.get("n_prompt", 1) - 1  # as the engine counts: the prompt's last token is the first anchor
         for source, k, acc in zip(e.get("source_history", []), e.get("k_history", []),
                                   e.get("accepted_history", [])):
-            if k + 1 >= len(cost.verify_s):
-                last_n = k + 1
-                continue
-            emitted = np.ones(k + 1)
-            emitted[k] = acc + 1
-            t = float(cost.step_times(source == DFLASH, emitted, last_n)[k])
+            if k + 1 < len(cost.verify_s):
+                emitted = np.ones(k + 1)
+                emitted[k] = acc + 1
+                for out, prev in ((steady, None), (rebuilt, last_n)):
+                    t = float(cost.step_times(source == DFLASH, emitted, prev, n_past=n_past)[k])
+                    c = out.setdefault(f"{source}:{k}", [0, 0.0])
+                    c[0] += 1
+                    c[1] += t * 1e3
             last_n = k + 1
-            c = out.setdefault(f"{source}:{k}", [0, 0.0])
-            c[0] += 1
-            c[1] += t * 1e3
-    return out
+            n_past += acc + 1
+    return steady, rebuilt
 
 
 def bench(engine: Engine, prompts: list[BenchPrompt], modes: list[str], max_tokens: int = 128,

@@ -100,7 +100,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                           "draft_relative_to_plain_step": [round(x / cm.verify_s[1], 3) for x in cm.draft_s[1:]],
                           "inject_call_ms": round(cm.inject_call_s * 1e3, 4),
                           "inject_row_ms": round(cm.inject_row_s * 1e3, 4),
-                          "switch_ms": round(cm.switch_s * 1e3, 4)}, indent=2))
+                          "switch_ms": round(cm.switch_s * 1e3, 4),
+                          # per 1,000 cache cells beyond the context the sizes were measured at
+                          "calibration_context": round(cm.calib_ctx),
+                          "context_ms_per_1k_cells_per_step": round(cm.ctx_step_s * 1e6, 4),
+                          "context_ms_per_1k_cells_per_token": round(cm.ctx_token_s * 1e6, 4)}, indent=2))
     finally:
         engine.close()
     return 0

@@ -7,7 +7,10 @@ choice per run, for every size, round-robin so that drift on a busy machine
 hits every size alike): the costs are those of the loop's steady state, with
 llama.cpp's compute graph reused from step to step as it is while the size
 stays put, both models alternating as they do; the first step of each run
-(after another size) measures the rebuild. Cached on disk per (models, build,
+(after another size) measures the rebuild. The same pairs of sizes at a
+document-length context give what attention over the cache adds per step and
+per verified token (a verify of 8 costs ~5 ms more at 2k cells than at 200 on
+a 2-core CPU, a single token ~1 ms). Cached on disk per (models, build,
 threads, context), and refreshed while running from the step timings the
 engine reports (an exponential moving average per size).
 """
@@ -35,12 +38,17 @@ from native.lib import build_info
 CALIBRATION_PROMPT_LEN = 200
 INJECT_ROWS = 64  # the per-row injection cost is read from a call this size and a one-row call
 SWITCH_N = 4  # the rebuild cost is read from steps alternating 1 and this many tokens
-CALIBRATION_VERSION = "2"  # part of the cache key: a new cost model format is measured anew
+# the context terms: steps alternating 1 and CTX_N tokens at the calibration prompt's context and at
+# this one (or as long as the context allows; under CTX_MIN_GAP more cells, they stay 0)
+LONG_PROMPT_LEN = 2000
+CTX_N = 8
+CTX_MIN_GAP = 500
+CALIBRATION_VERSION = "3"  # part of the cache key: a new cost model format is measured anew
 
 
-def _calibration_prompt(engine: Engine, shift: int, room: int) -> list[int]:
-    """Prompt ids that leave `room` tokens of the context for the generation."""
-    n = max(8, min(CALIBRATION_PROMPT_LEN, engine.n_ctx - room))
+def _calibration_prompt(engine: Engine, shift: int, room: int, length: int = CALIBRATION_PROMPT_LEN) -> list[int]:
+    """Prompt ids (about `length`) that leave `room` tokens of the context for the generation."""
+    n = max(8, min(length, engine.n_ctx - room))
     n_vocab = engine.target.n_vocab
     ids = ((7 + 13 * i + 101 * shift) % n_vocab for i in range(4 * n))
     return [t for t in ids if not engine.target.is_eog(t)][:n]
@@ -57,12 +65,18 @@ class CostModel:
     inject_row_s: per injected feature row: every emitted token's, once, whichever source
         drafted it (injection is lazy, so a lookup step pays it later, in a batch)
     switch_s: a step whose verify size differs from the step before (llama.cpp rebuilds its graph)
+    ctx_step_s, ctx_token_s: per cache cell beyond calib_ctx, what a step pays (reading the cache)
+        and what each verified token pays (its attention over it); verify_s holds the costs at
+        calib_ctx cells, the context the sizes were measured at
     """
     verify_s: list[float] = field(default_factory=list)
     draft_s: list[float] = field(default_factory=list)
     inject_call_s: float = 0.0
     inject_row_s: float = 0.0
     switch_s: float = 0.0
+    ctx_step_s: float = 0.0
+    ctx_token_s: float = 0.0
+    calib_ctx: float = 0.0
     key: str = ""
     measured_at: float = 0.0
 
@@ -71,17 +85,26 @@ class CostModel:
         """The measured plain-decoding baseline: one token per single-token verify pass."""
         return 1.0 / self.verify_s[1] if len(self.verify_s) > 1 and self.verify_s[1] > 0 else 0.0
 
+    def context_s(self, n: np.ndarray | int, n_past: int | None) -> np.ndarray | float:
+        """What a verify of n tokens after n_past cache cells costs beyond (or, below calib_ctx,
+        under) its cost at calib_ctx cells; 0 for n_past None."""
+        if n_past is None:
+            return 0.0 * np.asarray(n)
+        return (self.ctx_step_s + self.ctx_token_s * np.asarray(n, dtype=np.float64)) * (n_past - self.calib_ctx)
+
     def step_times(self, dflash: bool, emitted: np.ndarray, last_n: int | None = None,
-                   inject: bool = True) -> np.ndarray:
+                   inject: bool = True, n_past: int | None = None) -> np.ndarray:
         """Expected seconds of a step drafting k = 0..len(emitted)-1 tokens that emits emitted[k]:
         DFlash (a drafter pass, and an injection call if `inject`) or not (plain, lookup); the
-        graph rebuild counted where k+1 != last_n (None: not at all). Costs are read as
-        non-decreasing in size: a noisy low estimate for a large batch must not make it look
-        cheaper than a smaller one."""
+        graph rebuild counted where k+1 != last_n (None: not at all); after n_past cache cells
+        (None: at calib_ctx). Costs are read as non-decreasing in size: a noisy low estimate for
+        a large batch must not make it look cheaper than a smaller one."""
         emitted = np.asarray(emitted, dtype=np.float64)
         ks = np.arange(len(emitted))
         verify = np.maximum.accumulate(np.asarray(self.verify_s[1:], dtype=np.float64))
-        t = verify[np.minimum(ks, len(verify) - 1)] + self.inject_row_s * emitted
+        base = verify[np.minimum(ks, len(verify) - 1)]
+        # a short context makes a pass cheaper, never less than half its calibrated cost
+        t = np.maximum(base + self.context_s(ks + 1, n_past), 0.5 * base) + self.inject_row_s * emitted
         if last_n is not None:
             t += self.switch_s * (ks + 1 != last_n)
         if dflash and len(ks) > 1:
@@ -89,24 +112,20 @@ class CostModel:
             t[1:] += draft[np.minimum(ks[1:], len(draft)) - 1] + (self.inject_call_s if inject else 0.0)
         return t
 
-    def step_time(self, k: int, n_emitted: float = 1.0, dflash: bool = True) -> float:
-        """Expected seconds of one steady step (no graph rebuild) drafting k that emits n_emitted."""
-        e = np.ones(k + 1)
-        e[k] = n_emitted
-        return float(self.step_times(dflash, e)[k])
-
     def draft_time(self, k: int) -> float:
         """The drafter pass with k drafts (read as non-decreasing in k)."""
         return max(self.draft_s[1:min(k, len(self.draft_s) - 1) + 1], default=0.0) + self.inject_call_s
 
     def update(self, n: int, t_verify: float, k_draft: int = 0, t_draft: float = 0.0,
-               alpha: float = 0.05) -> None:
+               alpha: float = 0.05, n_past: int | None = None) -> None:
         """Refresh from one observed steady step (cheap: no extra decodes): verify_s[n] from the
-        step's time without the drafter's work, draft_s[k_draft] from its drafter pass. Each
-        observation is clipped to [0.5x, 2x] of the estimate first, so a stall caused by
-        another program moves the estimate only a little."""
+        step's time without the drafter's work (read back to calib_ctx cells by the context
+        terms), draft_s[k_draft] from its drafter pass. Each observation is clipped to [0.5x, 2x]
+        of the estimate first, so a stall caused by another program moves the estimate only a
+        little."""
         if 0 < n < len(self.verify_s) and t_verify > 0:
             cur = self.verify_s[n]
+            t_verify -= float(self.context_s(n, n_past))
             self.verify_s[n] += alpha * (min(max(t_verify, 0.5 * cur), 2.0 * cur) - cur)
         if 0 < k_draft < len(self.draft_s) and t_draft > 0:
             cur = self.draft_s[k_draft]
@@ -146,17 +165,19 @@ class _Recorder:
     def __init__(self, choices: list[Choice], n: int):
         self.choices = choices
         self.n = n
-        self.steps: list[tuple[int, StepTiming]] = []
+        self.steps: list[tuple[int, StepTiming, int]] = []  # (k used, its timing, cache cells before it)
         self.stop = threading.Event()
+        self._n_past = 0
 
     def choose(self, step: StepInfo) -> Choice:
+        self._n_past = step.n_past
         return self.choices[len(self.steps) % len(self.choices)]
 
     def truncate(self, confidence: np.ndarray) -> int:
         return len(confidence)
 
     def observe(self, choice: Choice, accepted: int, timing: StepTiming) -> None:
-        self.steps.append((choice.k, timing))
+        self.steps.append((choice.k, timing, self._n_past))
         if len(self.steps) >= self.n:
             self.stop.set()
 
@@ -166,8 +187,10 @@ def _junk_drafts(history: list[int], choice: Choice) -> list[int] | None:
     return [history[-1]] * choice.k if choice.source == LOOKUP else None
 
 
-def _run(engine: Engine, choices: list[Choice], steps: int) -> list[tuple[int, StepTiming]]:
-    """The timings of `steps` steps making `choices` in turn (greedy, from the calibration prompt)."""
+def _run(engine: Engine, choices: list[Choice], steps: int,
+         prompt_len: int = CALIBRATION_PROMPT_LEN) -> list[tuple[int, StepTiming, int]]:
+    """(k used, timing, cache cells before) of `steps` steps making `choices` in turn (greedy, from a
+    calibration prompt of about prompt_len tokens)."""
     rec = _Recorder(choices, steps)
     n_max = max(c.k for c in choices) + 1
     # at most half the context per generation (a small context would not hold steps * n_max tokens):
@@ -175,7 +198,7 @@ def _run(engine: Engine, choices: list[Choice], steps: int) -> list[tuple[int, S
     max_tokens = max(n_max + 1, min(steps * n_max, engine.n_ctx // 2))
     params = GenerationParams(max_tokens=max_tokens, draft_max=n_max - 1, speculative=n_max > 1)
     for attempt in range(16):
-        prompt = _calibration_prompt(engine, attempt, params.max_tokens + 1)
+        prompt = _calibration_prompt(engine, attempt, params.max_tokens + 1, prompt_len)
         engine.complete(prompt, params, cancel=rec.stop, policy=rec, draft_override=_junk_drafts)
         if rec.stop.is_set():
             break
@@ -190,18 +213,21 @@ def measure(engine: Engine, rounds: int = 4, steps: int = 8) -> CostModel:
     is everything but the drafter's work, draft_s[n-1] the drafter pass, and a DFlash step's
     injection call. Then a run that verifies 1, 1, SWITCH_N, SWITCH_N, 1, 1, ... tokens: how
     much longer the first step of each pair takes than the second is what a change of size
-    costs (switch_s). The cost per injected row is timed
-    on its own (Engine.time_injection). Leaves the engine's caches empty."""
+    costs (switch_s). The same with 1 and CTX_N tokens at two contexts gives the context terms
+    (_context_terms). The cost per injected row is timed on its own (Engine.time_injection).
+    Leaves the engine's caches empty."""
     n_max = engine.block_size if engine.has_drafter else LOOKUP_K_MAX + 1
     rest: dict[int, list[float]] = {n: [] for n in range(1, n_max + 1)}
     draft: dict[int, list[float]] = {n: [] for n in range(1, n_max + 1)}
     inject: list[float] = []  # a DFlash step's injection call (of the one or two rows emitted before)
+    cells: list[int] = []  # the context of each measured step
     for _ in range(rounds):
         for n in range(1, n_max + 1):
             k = n - 1
             choice = PLAIN_STEP if k == 0 else Choice(DFLASH if engine.has_drafter else LOOKUP, k)
-            for used, t in _run(engine, [choice], steps + 1)[1:]:
+            for used, t, n_past in _run(engine, [choice], steps + 1)[1:]:
                 if used == k:  # near the end the room left can force a shorter draft
+                    cells.append(n_past)
                     rest[n].append(t.step_s - t.draft_s - t.inject_s)
                     draft[n].append(t.draft_s)
                     if k > 0 and engine.has_drafter:
@@ -216,15 +242,13 @@ def measure(engine: Engine, rounds: int = 4, steps: int = 8) -> CostModel:
         cm.verify_s[i] = cm.verify_s[i] or cm.verify_s[i - 1]
     for i in range(2, len(cm.draft_s)):
         cm.draft_s[i] = cm.draft_s[i] or cm.draft_s[i - 1]
+    cm.calib_ctx = float(np.median(cells)) if cells else 0.0
     # sizes 1, 1, n, n, 1, 1, ...: the first step of each pair rebuilds the graph, the second does not;
     # compared within one run, drift cancels
-    cycle = [PLAIN_STEP, PLAIN_STEP, Choice(LOOKUP, SWITCH_N - 1), Choice(LOOKUP, SWITCH_N - 1)]
-    alt = _run(engine, cycle, 4 * rounds * steps + 4)[4:]
-    by_pos = [[t.step_s - t.inject_s for i, (used, t) in enumerate(alt) if i % 4 == j and used == cycle[j].k]
-              for j in range(4)]
-    if all(by_pos):
-        cm.switch_s = max(0.0, float(np.median(by_pos[0]) - np.median(by_pos[1])
-                                     + np.median(by_pos[2]) - np.median(by_pos[3])) / 2)
+    pos = _cycle_medians(engine, SWITCH_N, rounds * steps)
+    if pos is not None:
+        cm.switch_s = max(0.0, (pos[0][0] - pos[1][0] + pos[2][0] - pos[3][0]) / 2)
+    _context_terms(engine, cm, rounds * steps // 2)
     if engine.has_drafter and inject:
         # per row: the difference of two sizes timed alone; per call: what the loop's calls took beyond
         # their row (in the loop the drafter's graph alternates between injection and drafting)
@@ -235,6 +259,46 @@ def measure(engine: Engine, rounds: int = 4, steps: int = 8) -> CostModel:
     engine.reset()
     cm.measured_at = time.time()
     return cm
+
+
+def _cycle_medians(engine: Engine, n: int, pairs: int,
+                   prompt_len: int = CALIBRATION_PROMPT_LEN) -> list[tuple[float, float]] | None:
+    """Steps of 1, 1, n, n, 1, 1, ... tokens (forced lookup drafts): per position in the cycle, the
+    median step time (without injection) and the median context; None if a position got no step."""
+    cycle = [PLAIN_STEP, PLAIN_STEP, Choice(LOOKUP, n - 1), Choice(LOOKUP, n - 1)]
+    alt = _run(engine, cycle, 4 * pairs + 4, prompt_len)[4:]
+    by_pos = [[(t.step_s - t.inject_s, n_past) for i, (used, t, n_past) in enumerate(alt)
+               if i % 4 == j and used == cycle[j].k] for j in range(4)]
+    if not all(by_pos):
+        return None
+    return [(float(np.median([t for t, _ in p])), float(np.median([c for _, c in p]))) for p in by_pos]
+
+
+def _context_terms(engine: Engine, cm: CostModel, pairs: int) -> None:
+    """ctx_step_s and ctx_token_s from the steady steps of 1 and CTX_N tokens at the calibration
+    prompt's context and at LONG_PROMPT_LEN."""
+    if engine.n_ctx < LONG_PROMPT_LEN:
+        return  # a context too small to tell (the measured gap is checked too)
+    short, long = _cycle_medians(engine, CTX_N, pairs), _cycle_medians(engine, CTX_N, pairs, LONG_PROMPT_LEN)
+    if short is None or long is None:
+        return
+    fit = fit_context_terms((short[1], short[3]), (long[1], long[3]), CTX_N)
+    if fit is not None:
+        cm.ctx_step_s, cm.ctx_token_s = fit
+
+
+def fit_context_terms(short: tuple[tuple[float, float], tuple[float, float]],
+                      long: tuple[tuple[float, float], tuple[float, float]], n: int) -> tuple[float, float] | None:
+    """(seconds per cell per step, per cell per verified token) from steady steps of 1 and n tokens,
+    each given as (median seconds, median cache cells), at a short and a long context: fitted to
+    t = base(size) + (step + token * size) * cells, neither negative. None when the two contexts
+    are under CTX_MIN_GAP cells apart."""
+    gap = (long[0][1] + long[1][1] - short[0][1] - short[1][1]) / 2
+    if gap < CTX_MIN_GAP:
+        return None
+    d1, dn = (long[0][0] - short[0][0]) / gap, (long[1][0] - short[1][0]) / gap
+    token = max(0.0, (dn - d1) / (n - 1))
+    return max(0.0, d1 - token), token
 
 
 def cached_calibration(engine: Engine) -> CostModel | None:

@@ -6,7 +6,7 @@ length, DFlash(k) for k up to the drafter's block. For each, expected tokens
 E(k) come from the acceptance model of that source (the lookup's per match
 length n, since a long match predicts better than a short one) and expected
 seconds from the calibrated cost model (app.engine.calibration): the target
-pass over k+1 tokens, the drafter pass and its injection call for DFlash
+pass over k+1 tokens at the step's context, the drafter pass and its injection call for DFlash
 only, a graph rebuild when the verify size changes. Rate = E / seconds.
 Plain decoding is a candidate, so speculation is never chosen when it does
 not pay; while it does not pay, a short probe now and then refreshes the
@@ -85,6 +85,7 @@ class DraftController:
         self._plain_streak = 0
         self._probing = False
         self._last_n = 1  # verify size of the step before (a different size rebuilds the graph)
+        self._last_ctx = 0  # cache cells before the step being verified (the cost's context terms)
         # with `record` (the bench): each choice, and the step time the cost model expected for it
         self.record = False
         self.history: list[Choice] = []
@@ -103,16 +104,17 @@ class DraftController:
         """(rate, expected seconds, choice) of every candidate, plain first: each source's rates
         for all k in one numpy pass (this runs every step, plain ones included)."""
         c = self.cost
+        ctx = step.n_past
         out = [(1.0 / t, t, PLAIN_STEP) for t in
-               [float(c.step_times(False, np.ones(1), self._last_n, False)[0])]]
+               [float(c.step_times(False, np.ones(1), self._last_n, False, ctx)[0])]]
         if self.lookup_k_max and step.lookup is not None:
             kk = min(self.lookup_k_max, len(step.lookup.tokens))
             e = self._lookup_model(step).expected()[:kk + 1]
-            t = c.step_times(False, e, self._last_n, False)
+            t = c.step_times(False, e, self._last_n, False, ctx)
             out += [(e[k] / t[k], float(t[k]), Choice(LOOKUP, k)) for k in range(1, kk + 1)]
         if self.dflash_k_max and step.has_drafter:
             e = self._dflash_model(step).expected()
-            t = c.step_times(True, e, self._last_n, step.pending_rows > 0)
+            t = c.step_times(True, e, self._last_n, step.pending_rows > 0, ctx)
             out += [(e[k] / t[k], float(t[k]), Choice(DFLASH, k)) for k in range(1, self.dflash_k_max + 1)]
         return out
 
@@ -135,6 +137,7 @@ class DraftController:
             self._plain_streak = 0
         self._last_lookup = self._lookup_model(step)
         self._last_dflash = self._dflash_model(step)
+        self._last_ctx = step.n_past
         if self.record:
             self.history.append(choice)
             self.predicted_step_s.append(t)
@@ -148,7 +151,7 @@ class DraftController:
         self._last_bins = bins
         p = np.clip(self.conf_acc[bins] / self.conf_tried[bins], 0.0, 0.999)
         e = np.array([expected_tokens(p, kk) for kk in range(len(conf) + 1)])
-        t = self.cost.step_times(False, e, self._last_n, False) + self.cost.draft_time(len(conf))
+        t = self.cost.step_times(False, e, self._last_n, False, self._last_ctx) + self.cost.draft_time(len(conf))
         return int(np.argmax(e / t))
 
     def observe(self, choice: Choice, accepted: int, timing: StepTiming) -> None:
@@ -172,7 +175,7 @@ class DraftController:
         self._last_n = k + 1
         if self.refresh_costs and not switched:  # a rebuild step's time is not the size's cost
             self.cost.update(k + 1, timing.step_s - timing.draft_s - timing.inject_s,
-                             k if choice.source == DFLASH else 0, timing.draft_s)
+                             k if choice.source == DFLASH else 0, timing.draft_s, n_past=self._last_ctx)
 
     def _lookup_model(self, step: StepInfo) -> AcceptanceModel:
         if step.first:
@@ -187,10 +190,10 @@ class DraftController:
         c = self.cost
         if source == DFLASH:
             e = self._last_dflash.expected()
-            t = c.step_times(True, e, None, True)
+            t = c.step_times(True, e, None, True, self._last_ctx)
         else:
             e = self._last_lookup.expected()
-            t = c.step_times(False, e, None, False)
+            t = c.step_times(False, e, None, False, self._last_ctx)
         r = e / t
         return bool(r[1:].max(initial=0.0) > r[0])
 

@@ -274,7 +274,8 @@ class Engine:
                 room = min(params.max_tokens - n_out, self.n_ctx - n_past) - 1
                 t_step = time.perf_counter()
                 before = (st.t_draft_s, st.t_verify_s, st.t_inject_s)
-                choice, match = self._choose(policy, room, st) if speculative and room > 0 else (PLAIN_STEP, None)
+                choice, match = (self._choose(policy, room, n_past, st) if speculative and room > 0
+                                 else (PLAIN_STEP, None))
                 drafts = self._drafts(choice, match, anchor, n_past, policy, draft_override, st)
                 choice = Choice(choice.source, len(drafts)) if drafts else PLAIN_STEP
                 emitted, n_acc = self._verify(anchor, drafts, n_past, sampler, st)
@@ -323,14 +324,15 @@ class Engine:
                 return text, i + 1
         return text, len(emitted)
 
-    def _choose(self, policy: DraftPolicy, room: int, st: GenerationStats) -> tuple[Choice, LookupMatch | None]:
+    def _choose(self, policy: DraftPolicy, room: int, n_past: int,
+                st: GenerationStats) -> tuple[Choice, LookupMatch | None]:
         """Ask the policy, showing it what this step could draft from (and the lookup's match);
         the k it may use is capped by the room left and by what the source can draft."""
         t0 = time.perf_counter()
         match = self.lookup.find(min(LOOKUP_K_MAX, room))
         st.t_lookup_s += time.perf_counter() - t0
         step = StepInfo(lookup=match, has_drafter=self.has_drafter, pending_rows=self.pending_rows,
-                        first=st.steps == 0)
+                        first=st.steps == 0, n_past=n_past)
         choice = policy.choose(step)
         if choice.source == DFLASH and not self.has_drafter:
             return PLAIN_STEP, None

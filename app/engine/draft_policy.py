@@ -47,6 +47,7 @@ class StepInfo:
     has_drafter: bool
     pending_rows: int = 0  # target features a DFlash step would inject first
     first: bool = False  # the reply's first step (its anchor is the prompt's last token)
+    n_past: int = 0  # cache cells before this step's verify batch (its attention reads them all)
 
 
 @dataclass(frozen=True)

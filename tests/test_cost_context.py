@@ -1,0 +1,85 @@
+"""The cost model's context terms (issue 12: a verify pass gets dearer as the cache grows, more so for
+more tokens): the fit from two contexts, step times at a step's context, refreshes read back to the
+calibration context, the controller's choice at a long context, the bench's check step by step."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from app.bench.runner import cost_model_check
+from app.engine.calibration import CostModel, fit_context_terms, measure
+from app.engine.controller import DraftController
+from app.engine.dflash import Engine, EngineConfig
+from app.engine.draft_policy import LOOKUP, StepInfo
+from app.engine.lookup import LookupMatch
+
+CELL = 1800  # cells between the two contexts below
+
+
+def test_the_fit_splits_a_per_step_and_a_per_token_term() -> None:
+    # 1 token: 10 ms at 300 cells, 11 ms at 2100; 8 tokens: 17 ms and 22 ms (as measured here, roughly)
+    step, token = fit_context_terms(((0.010, 300), (0.017, 300)), ((0.011, 2100), (0.022, 2100)), 8)
+    assert token == pytest.approx(0.004 / 7 / CELL)
+    assert step == pytest.approx(0.001 / CELL - token)
+    assert fit_context_terms(((0.010, 300), (0.017, 300)), ((0.011, 600), (0.022, 600)), 8) is None  # too close
+    # a noisy long context that looks cheaper gives no negative term
+    assert fit_context_terms(((0.010, 300), (0.017, 300)), ((0.009, 2100), (0.016, 2100)), 8) == (0.0, 0.0)
+
+
+def _costs(step: float, token: float) -> CostModel:
+    return CostModel(verify_s=[0.0, 0.010, 0.011, 0.012, 0.013] + [0.013 + 0.0005 * i for i in range(1, 12)],
+                     draft_s=[0.0] + [0.003] * 15, inject_row_s=0.0, ctx_step_s=step, ctx_token_s=token,
+                     calib_ctx=300.0)
+
+
+def test_step_times_follow_the_context_and_refreshes_read_back() -> None:
+    cm = _costs(1e-7, 3e-7)
+    base = cm.step_times(False, np.ones(8))
+    assert base[0] == pytest.approx(0.010) and base[3] == pytest.approx(0.013)
+    long = cm.step_times(False, np.ones(8), n_past=2100)
+    assert long[0] == pytest.approx(0.010 + (1e-7 + 3e-7) * CELL)
+    assert long[3] == pytest.approx(0.013 + (1e-7 + 4 * 3e-7) * CELL)
+    short = cm.step_times(False, np.ones(8), n_past=0)  # below calib_ctx: cheaper, at most by half
+    assert 0.5 * base[3] <= short[3] < base[3]
+    before = list(cm.verify_s)
+    cm.update(4, float(long[3]), n_past=2100)  # exactly what the model expects there: nothing moves
+    assert cm.verify_s == pytest.approx(before)
+    cm.update(4, float(long[3]) + 0.002, n_past=2100)  # slower than expected: the base moves up, a little
+    assert cm.verify_s[4] == pytest.approx(0.013 + 0.05 * 0.002)
+
+
+def test_the_controller_drafts_less_at_a_long_context() -> None:
+    cm = _costs(0.0, 3e-6)  # attention so dear that a 4-token verify at 4000 cells does not pay
+    pol = DraftController(cm, (LOOKUP,), refresh_costs=False)
+    match = LookupMatch(6, (1, 2, 3))
+    short = pol.choose(StepInfo(match, has_drafter=False, n_past=300))
+    long = pol.choose(StepInfo(match, has_drafter=False, n_past=4000))
+    assert short.source == LOOKUP and short.k == 3
+    assert long.k < short.k
+
+
+def test_the_bench_check_predicts_each_step_at_its_context() -> None:
+    cm = _costs(1e-7, 3e-7)
+    # a 1000-token prompt: plain at 999 cells, lookup:3 (accepting 3) at 1000, plain at 1004
+    row = {"modes": {"hybrid": {"n_prompt": 1000, "source_history": ["plain", "lookup", "plain"],
+                                "k_history": [0, 3, 0], "accepted_history": [0, 3, 0],
+                                "step_ms_by_choice": {"plain:0": [2, 22.0], "lookup:3": [1, 14.0]}}}}
+    out = cost_model_check([row], ["hybrid"], cm)["hybrid"]
+    plain = 2 * 10.0 + 1e3 * 4e-7 * ((999 - 300) + (1004 - 300))
+    assert out["plain:0"]["calibrated_ms"] == pytest.approx(plain / 2, abs=1e-3)
+    assert out["lookup:3"]["calibrated_ms"] == pytest.approx(13.0 + 1e3 * (1e-7 + 4 * 3e-7) * 700, abs=1e-3)
+
+
+def test_calibration_measures_the_context_terms(gemma_target: Path) -> None:
+    """On the bundled target (no drafter: forced lookup drafts) with room for a document-length
+    context: the terms are measured (finite, not negative: their size is the bench's to judge)."""
+    e = Engine(gemma_target, None, EngineConfig(n_ctx=4096, n_threads=2))
+    try:
+        cm = measure(e, rounds=1, steps=4)
+    finally:
+        e.close()
+    assert 200 <= cm.calib_ctx <= 200 + 16 * 5 * 16  # the calibration prompt and what the steps emitted
+    assert np.isfinite([cm.ctx_step_s, cm.ctx_token_s]).all() and cm.ctx_step_s >= 0 and cm.ctx_token_s >= 0
