@@ -87,6 +87,11 @@ def test_bench_on_gemma_with_a_synthetic_drafter_is_lossless(gemma_target: Path,
     # a random drafter never pays: the controller settles on plain decoding
     ks = res["prompts"][0]["modes"]["adaptive"]["k_history"]
     assert ks.count(0) >= len(ks) // 2
+    # the plot drawn again from the JSON alone; a file that is no bench result is said in one line
+    again = tmp_path / "again.png"
+    assert main(["bench-plot", str(out), "--plot", str(again)]) == 0
+    assert again.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main(["bench-plot", str(prompts), "--plot", str(again)]) == 2
 
 
 def test_doctor_json() -> None:

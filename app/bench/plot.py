@@ -19,43 +19,47 @@ def plot_bench(result: dict, out: str | Path) -> Path:
     cats = list(result["summary"]["by_category"])
     modes = [m for m in result["modes"] if m != "plain"]
     peer_list = [m for m in modes if is_peer(m)]
-    fig, axes = plt.subplots(1, 4 if peer_list else 3, figsize=(21 if peer_list else 16, 4.8))
+    colour = {m: plt.cm.tab20(i % 20) for i, m in enumerate(modes)}  # one colour per mode in every panel
+    fig, axes = plt.subplots(1, 4 if peer_list else 3, figsize=(22 if peer_list else 16, 5.6))
     width = 0.8 / max(1, len(modes))
     x = np.arange(len(cats))
     for i, m in enumerate(modes):
         sp = [result["summary"]["by_category"][c][m]["median_speedup"] for c in cats]
         tau = [result["summary"]["by_category"][c][m]["median_tau"] for c in cats]
         hatch = "//" if m in peer_list else None
-        axes[0].bar(x + i * width, sp, width, label=m, hatch=hatch, color=f"C{i % 10}")
-        axes[1].bar(x + i * width, tau, width, label=m, hatch=hatch, color=f"C{i % 10}")
+        axes[0].bar(x + i * width, sp, width, label=m, hatch=hatch, color=colour[m])
+        axes[1].bar(x + i * width, tau, width, hatch=hatch, color=colour[m])
     for ax, title in ((axes[0], "median speedup over plain decoding"), (axes[1], "median tau (tokens per step)")):
         ax.set_xticks(x + width * (len(modes) - 1) / 2, cats, rotation=20)
         ax.set_title(title)
-        ax.legend()
     axes[0].axhline(1.0, color="k", lw=0.8, ls="--")
-    ad = next((m for m in ("adaptive-conf", "adaptive") if m in modes), None)
-    if ad:
+    # one legend for the bar panels, under them (inside, it hides the bars)
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=min(len(modes), 7), fontsize=8)
+    ctl = next((m for m in ("hybrid", "adaptive-conf", "adaptive", "lookup") if m in modes), None)
+    if ctl:
         for c in cats:
             rows = [r for r in result["prompts"] if r["category"] == c]
             if rows:
-                ks = rows[0]["modes"][ad]["k_history"]
+                ks = rows[0]["modes"][ctl]["k_history"]
                 axes[2].plot(range(len(ks)), ks, lw=1, label=f"{c}: {rows[0]['id']}")
-        axes[2].set_title(f"draft length chosen per step ({ad}, first prompt per category)")
+        axes[2].set_title(f"draft length chosen per step ({ctl}, first prompt per category)", fontsize=10)
         axes[2].set_xlabel("step")
         axes[2].legend(fontsize=7)
+    else:
+        axes[2].axis("off")
     if peer_list:
         ax = axes[3]
         w = 0.8 / len(peer_list)
         ours = result["summary"]["by_category"][cats[0]]["peers"]["ours"] if cats else "ours"
         for i, m in enumerate(peer_list):
             r = [result["summary"]["by_category"][c]["peers"]["by_peer"][m]["ours_over_peer"] for c in cats]
-            ax.bar(x + i * w, r, w, label=m, hatch="//", color=f"C{modes.index(m) % 10}")  # as in the others
+            ax.bar(x + i * w, r, w, hatch="//", color=colour[m])
         ax.axhline(1.0, color="k", lw=0.8, ls="--")
         ax.set_xticks(x + w * (len(peer_list) - 1) / 2, cats, rotation=20)
-        ax.set_title(f"{ours} tokens/s over each peer's (median per prompt)")
-        ax.legend(fontsize=7)
+        ax.set_title(f"{ours} tokens/s over each peer's (median per prompt)", fontsize=10)
     fig.suptitle(f"{Path(result.get('target') or '').name} + {Path(result.get('drafter') or '').name}", fontsize=9)
-    fig.tight_layout()
+    rows_of_legend = -(-len(modes) // 7)
+    fig.tight_layout(rect=(0, 0.04 + 0.035 * rows_of_legend, 1, 1))
     out = Path(out)
     fig.savefig(out, dpi=110)
     plt.close(fig)

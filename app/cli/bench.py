@@ -1,4 +1,4 @@
-"""The measuring subcommands: `flashdesk bench`, `verify-cost`, `near-ties`, `calibrate` and `prompts`."""
+"""The measuring subcommands: `flashdesk bench`, `bench-plot`, `verify-cost`, `near-ties`, `calibrate` and `prompts`."""
 
 from __future__ import annotations
 
@@ -29,6 +29,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--json", help="write full results here")
     b.add_argument("--plot", help="write a PNG plot here")
     b.set_defaults(func=cmd_bench)
+
+    bp = sub.add_parser("bench-plot", help="draw the plot of a bench JSON (again, e.g. after a plot change)")
+    bp.add_argument("json", help="a JSON file `bench --json` wrote")
+    bp.add_argument("--plot", required=True, help="write the PNG here")
+    bp.set_defaults(func=cmd_bench_plot)
 
     v = sub.add_parser("verify-cost", help="steady-state cost of a target pass of n tokens (JSON)")
     v.add_argument("--target", help="target GGUF (default: the bundled Gemma 3 270M)")
@@ -84,6 +89,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
         plot.plot_bench(result, args.plot)
         runner.log(f"wrote {args.plot}")
     print(json.dumps(result["summary"], indent=2))
+    return 0
+
+
+def cmd_bench_plot(args: argparse.Namespace) -> int:
+    try:
+        result = json.loads(Path(args.json).read_text())
+        plot.plot_bench(result, args.plot)
+    except (OSError, ValueError, KeyError) as e:
+        print(f"flashdesk bench-plot: {args.json}: not a bench result ({type(e).__name__}: {e})", file=sys.stderr)
+        return 2
+    runner.log(f"wrote {args.plot}")
     return 0
 
 
