@@ -40,7 +40,7 @@ def plot_bench(result: dict, out: str | Path) -> Path:
         for c in cats:
             rows = [r for r in result["prompts"] if r["category"] == c]
             if rows:
-                ks = rows[0]["modes"][ctl]["k_history"]
+                ks = rows[0]["modes"][ctl].get("k_history", [])
                 axes[2].plot(range(len(ks)), ks, lw=1, label=f"{c}: {rows[0]['id']}")
         axes[2].set_title(f"draft length chosen per step ({ctl}, first prompt per category)", fontsize=10)
         axes[2].set_xlabel("step")
