@@ -312,7 +312,7 @@ def cached_calibration(engine: Engine) -> CostModel | None:
 
 
 def calibrate(engine: Engine, use_cache: bool = True) -> CostModel:
-    """The cost model for this engine: from the on-disk cache, or measured now (~15 s on a CPU)."""
+    """The cost model for this engine: from the on-disk cache, or measured now (~30 s on a 2-core CPU)."""
     if use_cache:
         cm = cached_calibration(engine)
         if cm is not None:
