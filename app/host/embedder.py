@@ -17,7 +17,7 @@ import numpy as np
 
 from app.documents.embedding import model_id
 from app.errors import FlashDeskError, GenerationError, ModelLoadError
-from app.host.process import last_native_line, reap_child, spawn_child, stop_child
+from app.host.process import reap_child, spawn_child, stop_child, with_native_line
 from app.host.protocol import Embed, EmbedderReady, Failed, Vectors
 
 
@@ -80,11 +80,8 @@ class EmbedderProcess:
 
     def _crashed(self, doing: str) -> EmbedderCrashed:
         how = self._reap()
-        line = last_native_line(self.log_path)
-        msg = f"the embedding model's process ended ({how}) while {doing} with {self.path}"
-        if line:
-            msg += f"; llama.cpp's last line: {line}"
-        return EmbedderCrashed(msg + f" (log: {self.log_path})")
+        return EmbedderCrashed(with_native_line(
+            f"the embedding model's process ended ({how}) while {doing} with {self.path}", self.log_path))
 
     def close(self) -> None:
         proc, conn = self._proc, self._conn

@@ -123,13 +123,9 @@ class EngineProcess:
         how = reap_child(proc, conn)
         doing = self._doing(idle)
         self._loading, self.loaded = False, None
-        line = last_native_line(self.log_path)
         short = f"the engine process ended ({how})"
-        msg = f"{short} while {doing}"
-        if line:
-            msg += f"; llama.cpp's last line: {line}"
-        msg += f" (log: {self.log_path}). Your chats are kept: load the pair again or pick another model."
-        return EngineCrashed(msg, short)
+        msg = with_native_line(f"{short} while {doing}", self.log_path)
+        return EngineCrashed(msg + " Your chats are kept: load the pair again or pick another model.", short)
 
     def _doing(self, idle: bool) -> str:
         spec = self._loading_spec if self._loading else self.loaded
@@ -206,6 +202,12 @@ def _exit_text(rc: int) -> str:
         except ValueError:
             return f"killed by signal {-rc}"
     return f"exit status {rc}"
+
+
+def with_native_line(what: str, log: Path | None) -> str:
+    """A crash message: what ended, then llama.cpp's last line (if the log has one) and the log's path."""
+    line = last_native_line(log)
+    return what + (f"; llama.cpp's last line: {line}" if line else "") + f" (log: {log})."
 
 
 def last_native_line(log: Path | None) -> str:
