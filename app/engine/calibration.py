@@ -43,7 +43,7 @@ INJECT_ROWS = 64  # the per-row injection cost is read from a call this size and
 SWITCH_N = 8
 LONG_PROMPT_LEN = 2000
 CTX_MIN_GAP = 500
-CALIBRATION_VERSION = "3"  # part of the cache key: a new cost model format is measured anew
+CALIBRATION_VERSION = "4"  # part of the cache key: a new cost model format is measured anew
 
 
 def _calibration_prompt(engine: Engine, shift: int, room: int, length: int = CALIBRATION_PROMPT_LEN) -> list[int]:
