@@ -37,13 +37,13 @@ from native.lib import build_info
 # (attention reads it): about what a chat turn or a code prompt holds.
 CALIBRATION_PROMPT_LEN = 200
 INJECT_ROWS = 64  # the per-row injection cost is read from a call this size and a one-row call
-# the rebuild cost and the context terms are read from steps alternating 1 and this many tokens, at
-# the calibration prompt's context and (the context terms) at LONG_PROMPT_LEN, or as long as the
-# context allows: under CTX_MIN_GAP more cells the terms stay 0
-SWITCH_N = 8
+SWITCH_N = 4  # the rebuild cost is read from steps alternating 1 and this many tokens
+# the context terms: steps alternating 1 and CTX_N tokens at the calibration prompt's context and at
+# this one (or as long as the context allows; under CTX_MIN_GAP more cells, they stay 0)
 LONG_PROMPT_LEN = 2000
+CTX_N = 8
 CTX_MIN_GAP = 500
-CALIBRATION_VERSION = "4"  # part of the cache key: a new cost model format is measured anew
+CALIBRATION_VERSION = "3"  # part of the cache key: a new cost model format is measured anew
 
 
 def _calibration_prompt(engine: Engine, shift: int, room: int, length: int = CALIBRATION_PROMPT_LEN) -> list[int]:
@@ -213,8 +213,8 @@ def measure(engine: Engine, rounds: int = 4, steps: int = 8) -> CostModel:
     is everything but the drafter's work, draft_s[n-1] the drafter pass, and a DFlash step's
     injection call. Then a run that verifies 1, 1, SWITCH_N, SWITCH_N, 1, 1, ... tokens: how
     much longer the first step of each pair takes than the second is what a change of size
-    costs (switch_s); the same run's steady steps and one at a long context give the context
-    terms (_context_terms). The cost per injected row is timed on its own (Engine.time_injection).
+    costs (switch_s). The same with 1 and CTX_N tokens at two contexts gives the context terms
+    (_context_terms). The cost per injected row is timed on its own (Engine.time_injection).
     Leaves the engine's caches empty."""
     n_max = engine.block_size if engine.has_drafter else LOOKUP_K_MAX + 1
     rest: dict[int, list[float]] = {n: [] for n in range(1, n_max + 1)}
@@ -245,10 +245,10 @@ def measure(engine: Engine, rounds: int = 4, steps: int = 8) -> CostModel:
     cm.calib_ctx = float(np.median(cells)) if cells else 0.0
     # sizes 1, 1, n, n, 1, 1, ...: the first step of each pair rebuilds the graph, the second does not;
     # compared within one run, drift cancels
-    short = _cycle_medians(engine, SWITCH_N, rounds * steps)
-    if short is not None:
-        cm.switch_s = max(0.0, (short[0][0] - short[1][0] + short[2][0] - short[3][0]) / 2)
-        _context_terms(engine, cm, short, rounds * steps // 2)
+    pos = _cycle_medians(engine, SWITCH_N, rounds * steps)
+    if pos is not None:
+        cm.switch_s = max(0.0, (pos[0][0] - pos[1][0] + pos[2][0] - pos[3][0]) / 2)
+    _context_terms(engine, cm, rounds * steps // 2)
     if engine.has_drafter and inject:
         # per row: the difference of two sizes timed alone; per call: what the loop's calls took beyond
         # their row (in the loop the drafter's graph alternates between injection and drafting)
@@ -274,15 +274,15 @@ def _cycle_medians(engine: Engine, n: int, pairs: int,
     return [(float(np.median([t for t, _ in p])), float(np.median([c for _, c in p]))) for p in by_pos]
 
 
-def _context_terms(engine: Engine, cm: CostModel, short: list[tuple[float, float]], pairs: int) -> None:
-    """ctx_step_s and ctx_token_s from the steady steps of 1 and SWITCH_N tokens at the calibration
-    prompt's context (`short`, the rebuild run's medians) and at LONG_PROMPT_LEN."""
+def _context_terms(engine: Engine, cm: CostModel, pairs: int) -> None:
+    """ctx_step_s and ctx_token_s from the steady steps of 1 and CTX_N tokens at the calibration
+    prompt's context and at LONG_PROMPT_LEN."""
     if engine.n_ctx < LONG_PROMPT_LEN:
         return  # a context too small to tell (the measured gap is checked too)
-    long = _cycle_medians(engine, SWITCH_N, pairs, LONG_PROMPT_LEN)
-    if long is None:
+    short, long = _cycle_medians(engine, CTX_N, pairs), _cycle_medians(engine, CTX_N, pairs, LONG_PROMPT_LEN)
+    if short is None or long is None:
         return
-    fit = fit_context_terms((short[1], short[3]), (long[1], long[3]), SWITCH_N)
+    fit = fit_context_terms((short[1], short[3]), (long[1], long[3]), CTX_N)
     if fit is not None:
         cm.ctx_step_s, cm.ctx_token_s = fit
 
