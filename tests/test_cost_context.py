@@ -78,7 +78,7 @@ def test_calibration_measures_the_context_terms(gemma_target: Path) -> None:
     context: the terms are measured (finite, not negative: their size is the bench's to judge)."""
     e = Engine(gemma_target, None, EngineConfig(n_ctx=4096, n_threads=2))
     try:
-        cm = measure(e, rounds=1, steps=4)
+        cm = measure(e, rounds=1, pairs=2)
     finally:
         e.close()
     assert 200 <= cm.calib_ctx <= 200 + 16 * 5 * 16  # the calibration prompt and what the steps emitted

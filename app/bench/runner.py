@@ -169,11 +169,12 @@ def _calibrated_by_step(rows: list[dict], mode: str,
 
 
 def bench(engine: Engine, prompts: list[BenchPrompt], modes: list[str], max_tokens: int = 128,
-          draft_max: int | None = None, check: bool = True,
+          draft_max: int | None = None, check: bool = True, recalibrate: bool = False,
           progress: Callable[[str], None] | None = None,
           partial: Callable[[dict], None] | None = None) -> dict:
     """Every mode on every prompt, interleaved. `partial` gets the result so far after each prompt
-    (the CLI writes it to the JSON file, so a long run that is stopped keeps what it measured)."""
+    (the CLI writes it to the JSON file, so a long run that is stopped keeps what it measured);
+    `recalibrate` measures the cost model anew first instead of reading the cache."""
     for m in modes:
         if m not in MODES and not peer_modes.is_peer(m):  # a malformed peer name raises here
             raise ValueError(f"unknown mode {m!r}; expected some of {', '.join(MODES + PEER_MODES)}")
@@ -185,7 +186,8 @@ def bench(engine: Engine, prompts: list[BenchPrompt], modes: list[str], max_toke
     rows = []
     t0 = time.time()
 
-    cost = copy.deepcopy(calibrate(engine))  # as calibrated: the adaptive policy refreshes its own copy
+    # as calibrated (afresh with `recalibrate`, and cached for the policies): they refresh their own copies
+    cost = copy.deepcopy(calibrate(engine, use_cache=not recalibrate))
     run = run_info(engine.config.n_threads)
     fmt = prompt_format_of(engine.target)
     policies: dict = {}

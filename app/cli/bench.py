@@ -26,6 +26,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "upstream-lookup:ngram-simple, upstream-chain:ngram-mod+draft-dflash")
     b.add_argument("--limit", type=int, default=None, help="only the first N prompts")
     b.add_argument("--no-check", action="store_true", help="skip the teacher-forced lossless check")
+    b.add_argument("--recalibrate", action="store_true",
+                   help="measure the cost model afresh at the start (the cost check then compares the run with "
+                        "a calibration minutes old, not one cached days before on a machine whose speed drifts)")
     b.add_argument("--json", help="write full results here")
     b.add_argument("--plot", help="write a PNG plot here")
     b.set_defaults(func=cmd_bench)
@@ -76,7 +79,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         prompts = prompt_sets.load_prompts(args.prompts, args.limit)
         modes = [m.strip() for m in args.mode.split(",") if m.strip()]
         result = runner.bench(engine, prompts, modes, max_tokens=args.max_tokens, draft_max=args.draft_max,
-                              check=not args.no_check, progress=runner.log,
+                              check=not args.no_check, recalibrate=args.recalibrate, progress=runner.log,
                               partial=(lambda r: runner.write_json(r, args.json)) if args.json else None)
         result["target"] = str(engine.target.path)
         result["drafter"] = str(engine.drafter.path) if engine.drafter else None

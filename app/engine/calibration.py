@@ -2,17 +2,19 @@
 drafter pass of k drafts, an injection and a graph rebuild take on this
 machine, for this pair and build.
 
-Measured by running the decode loop itself (Engine.generate with a fixed
-choice per run, for every size, round-robin so that drift on a busy machine
-hits every size alike): the costs are those of the loop's steady state, with
-llama.cpp's compute graph reused from step to step as it is while the size
-stays put, both models alternating as they do; the first step of each run
-(after another size) measures the rebuild. The same pairs of sizes at a
-document-length context give what attention over the cache adds per step and
-per verified token (a verify of 8 costs ~5 ms more at 2k cells than at 200 on
-a 2-core CPU, a single token ~1 ms). Cached on disk per (models, build,
-threads, context), and refreshed while running from the step timings the
-engine reports (an exponential moving average per size).
+Measured by running the decode loop itself (Engine.generate with fixed
+choices, steps verifying 1, 1, n, n tokens in turn, every size round-robin):
+the costs are those of the loop's steady state, with llama.cpp's compute graph
+reused from the step before, both models alternating as they do; the first
+step of each pair measures the rebuild. Each size is read against the plain
+step next to it, since this VM's speed drifts by 10-20% within a minute (two
+calibrations of sizes measured in runs of their own differed by up to 40% at
+one size). The same pairs of sizes at a document-length context give what
+attention over the cache adds per step and per verified token (a verify of 8
+costs ~5 ms more at 2k cells than at 200 on a 2-core CPU, a single token
+~1 ms). Cached on disk per (models, build, threads, context), and refreshed
+while running from the step timings the engine reports (an exponential moving
+average per size).
 """
 
 from __future__ import annotations
@@ -37,13 +39,12 @@ from native.lib import build_info
 # (attention reads it): about what a chat turn or a code prompt holds.
 CALIBRATION_PROMPT_LEN = 200
 INJECT_ROWS = 64  # the per-row injection cost is read from a call this size and a one-row call
-SWITCH_N = 4  # the rebuild cost is read from steps alternating 1 and this many tokens
 # the context terms: steps alternating 1 and CTX_N tokens at the calibration prompt's context and at
 # this one (or as long as the context allows; under CTX_MIN_GAP more cells, they stay 0)
 LONG_PROMPT_LEN = 2000
 CTX_N = 8
 CTX_MIN_GAP = 500
-CALIBRATION_VERSION = "3"  # part of the cache key: a new cost model format is measured anew
+CALIBRATION_VERSION = "4"  # part of the cache key: a new cost model format is measured anew
 
 
 def _calibration_prompt(engine: Engine, shift: int, room: int, length: int = CALIBRATION_PROMPT_LEN) -> list[int]:
@@ -205,50 +206,60 @@ def _run(engine: Engine, choices: list[Choice], steps: int,
     return rec.steps
 
 
-def measure(engine: Engine, rounds: int = 4, steps: int = 8) -> CostModel:
-    """Run the loop: per round and per verify size n = 1..N, one generation of `steps` steps
-    that verify n tokens (greedy; with a drafter, DFlash drafting n-1 - its own drafts - else
-    forced lookup drafts), round-robin so that drift hits every size alike. Per size, the
-    median of the steady steps (the first, after another size, is not counted): verify_s[n]
-    is everything but the drafter's work, draft_s[n-1] the drafter pass, and a DFlash step's
-    injection call. Then a run that verifies 1, 1, SWITCH_N, SWITCH_N, 1, 1, ... tokens: how
-    much longer the first step of each pair takes than the second is what a change of size
-    costs (switch_s). The same with 1 and CTX_N tokens at two contexts gives the context terms
-    (_context_terms). The cost per injected row is timed on its own (Engine.time_injection).
-    Leaves the engine's caches empty."""
+def measure(engine: Engine, rounds: int = 4, pairs: int = 4) -> CostModel:
+    """Run the loop in cycles of 1, 1, n, n tokens verified per step (greedy; with a drafter,
+    DFlash drafting n-1 - its own drafts - else forced lookup drafts): per round and per size
+    n = 2..N, one generation of `pairs` cycles, round-robin. The second step of each pair is
+    steady (llama.cpp reuses the graph of the step before); the first rebuilds it. A size's cost
+    is read as its ratio to the plain step of the same cycle, a few ms apart, so that this VM's
+    drift (+-10-20% within a minute) cancels; the plain step's is the median over the whole run.
+    verify_s[n] is everything but the drafter's work, draft_s[n-1] the drafter pass, and a DFlash
+    step's injection call; switch_s the median of (first - second) over every pair. The same with
+    1 and CTX_N tokens at two contexts gives the context terms (_context_terms). The cost per
+    injected row is timed on its own (Engine.time_injection). Leaves the engine's caches empty."""
     n_max = engine.block_size if engine.has_drafter else LOOKUP_K_MAX + 1
-    rest: dict[int, list[float]] = {n: [] for n in range(1, n_max + 1)}
-    draft: dict[int, list[float]] = {n: [] for n in range(1, n_max + 1)}
-    inject: list[float] = []  # a DFlash step's injection call (of the one or two rows emitted before)
-    cells: list[int] = []  # the context of each measured step
+    plain: list[float] = []  # the steady plain steps
+    ratio: dict[int, list[float]] = {n: [] for n in range(2, n_max + 1)}  # steady n-step / steady plain step
+    draft: dict[int, list[float]] = {n: [] for n in range(2, n_max + 1)}
+    inject: list[float] = []  # a DFlash step's injection call (of the rows emitted before it)
+    rebuild: list[float] = []  # first step of a pair minus the second
+    cells: list[int] = []  # the context of each steady step
+
+    def rest(t: StepTiming) -> float:
+        return t.step_s - t.draft_s - t.inject_s
+
     for _ in range(rounds):
-        for n in range(1, n_max + 1):
-            k = n - 1
-            choice = PLAIN_STEP if k == 0 else Choice(DFLASH if engine.has_drafter else LOOKUP, k)
-            for used, t, n_past in _run(engine, [choice], steps + 1)[1:]:
-                if used == k:  # near the end the room left can force a shorter draft
-                    cells.append(n_past)
-                    rest[n].append(t.step_s - t.draft_s - t.inject_s)
-                    draft[n].append(t.draft_s)
-                    if k > 0 and engine.has_drafter:
-                        inject.append(t.inject_s)
+        for n in range(2, n_max + 1):
+            choice = Choice(DFLASH if engine.has_drafter else LOOKUP, n - 1)
+            cycle = [PLAIN_STEP, PLAIN_STEP, choice, choice]
+            steps = _run(engine, cycle, 4 * pairs + 4)[4:]  # the first cycle follows the prompt's pass
+            for i in range(0, len(steps) - 3, 4):
+                cyc = steps[i:i + 4]
+                if [used for used, _, _ in cyc] != [c.k for c in cycle]:
+                    continue  # near the end the room left can force a shorter draft
+                (_, p0, _), (_, p1, c1), (_, s0, _), (_, s1, c3) = cyc
+                plain.append(rest(p1))
+                ratio[n].append(rest(s1) / rest(p1))
+                draft[n].append(s1.draft_s)
+                if engine.has_drafter:
+                    inject.append(s1.inject_s)
+                rebuild += [rest(p0) - rest(p1), rest(s0) - rest(s1)]
+                cells += [c1, c3]
     cm = CostModel(verify_s=[0.0] * (n_max + 1), draft_s=[0.0] * max(n_max, 2))
-    for n in range(1, n_max + 1):
-        if rest[n]:
-            cm.verify_s[n] = float(np.median(rest[n]))
-            cm.draft_s[n - 1] = float(np.median(draft[n])) if n > 1 else 0.0
+    if plain:
+        cm.verify_s[1] = float(np.median(plain))
+    for n in range(2, n_max + 1):
+        if ratio[n]:
+            cm.verify_s[n] = cm.verify_s[1] * float(np.median(ratio[n]))
+            cm.draft_s[n - 1] = float(np.median(draft[n])) if engine.has_drafter else 0.0
     # sizes the loop never reached (a generation that stopped early) take their neighbour's cost
     for i in range(2, len(cm.verify_s)):
         cm.verify_s[i] = cm.verify_s[i] or cm.verify_s[i - 1]
     for i in range(2, len(cm.draft_s)):
         cm.draft_s[i] = cm.draft_s[i] or cm.draft_s[i - 1]
     cm.calib_ctx = float(np.median(cells)) if cells else 0.0
-    # sizes 1, 1, n, n, 1, 1, ...: the first step of each pair rebuilds the graph, the second does not;
-    # compared within one run, drift cancels
-    pos = _cycle_medians(engine, SWITCH_N, rounds * steps)
-    if pos is not None:
-        cm.switch_s = max(0.0, (pos[0][0] - pos[1][0] + pos[2][0] - pos[3][0]) / 2)
-    _context_terms(engine, cm, rounds * steps // 2)
+    cm.switch_s = max(0.0, float(np.median(rebuild))) if rebuild else 0.0
+    _context_terms(engine, cm, rounds * pairs * 4, max(1, rounds))
     if engine.has_drafter and inject:
         # per row: the difference of two sizes timed alone; per call: what the loop's calls took beyond
         # their row (in the loop the drafter's graph alternates between injection and drafting)
@@ -261,25 +272,33 @@ def measure(engine: Engine, rounds: int = 4, steps: int = 8) -> CostModel:
     return cm
 
 
-def _cycle_medians(engine: Engine, n: int, pairs: int,
-                   prompt_len: int = CALIBRATION_PROMPT_LEN) -> list[tuple[float, float]] | None:
-    """Steps of 1, 1, n, n, 1, 1, ... tokens (forced lookup drafts): per position in the cycle, the
-    median step time (without injection) and the median context; None if a position got no step."""
+def _cycle_medians(engine: Engine, n: int, pairs: int, prompt_lens: tuple[int, ...] = (CALIBRATION_PROMPT_LEN,),
+                   rounds: int = 1) -> list[list[tuple[float, float]] | None]:
+    """Steps of 1, 1, n, n, 1, 1, ... tokens (forced lookup drafts), `pairs` cycles from a prompt of
+    each length in prompt_lens, in `rounds` runs per length taken in turn (so that drift on a busy
+    machine hits every length alike): per length and position in the cycle, the median step time
+    (without injection) and the median context; None for a length where a position got no step."""
     cycle = [PLAIN_STEP, PLAIN_STEP, Choice(LOOKUP, n - 1), Choice(LOOKUP, n - 1)]
-    alt = _run(engine, cycle, 4 * pairs + 4, prompt_len)[4:]
-    by_pos = [[(t.step_s - t.inject_s, n_past) for i, (used, t, n_past) in enumerate(alt)
-               if i % 4 == j and used == cycle[j].k] for j in range(4)]
-    if not all(by_pos):
-        return None
-    return [(float(np.median([t for t, _ in p])), float(np.median([c for _, c in p]))) for p in by_pos]
+    by_len: list[list[list[tuple[float, int]]]] = [[[] for _ in cycle] for _ in prompt_lens]
+    per_run = max(1, pairs // rounds)
+    for _ in range(rounds):
+        for by_pos, length in zip(by_len, prompt_lens):
+            alt = _run(engine, cycle, 4 * per_run + 4, length)[4:]
+            for i, (used, t, n_past) in enumerate(alt):
+                if used == cycle[i % 4].k:
+                    by_pos[i % 4].append((t.step_s - t.inject_s, n_past))
+    return [[(float(np.median([t for t, _ in p])), float(np.median([c for _, c in p]))) for p in by_pos]
+            if all(by_pos) else None for by_pos in by_len]
 
 
-def _context_terms(engine: Engine, cm: CostModel, pairs: int) -> None:
+def _context_terms(engine: Engine, cm: CostModel, pairs: int, rounds: int) -> None:
     """ctx_step_s and ctx_token_s from the steady steps of 1 and CTX_N tokens at the calibration
-    prompt's context and at LONG_PROMPT_LEN."""
+    prompt's context and at LONG_PROMPT_LEN, the two taken in turn `rounds` times: measured one
+    after the other, a machine that slowed down between them read as a cost of the context (two
+    runs a minute apart once fitted 0 + 0.64 n and 1.75 + 0 n ms per 1k cells)."""
     if engine.n_ctx < LONG_PROMPT_LEN:
         return  # a context too small to tell (the measured gap is checked too)
-    short, long = _cycle_medians(engine, CTX_N, pairs), _cycle_medians(engine, CTX_N, pairs, LONG_PROMPT_LEN)
+    short, long = _cycle_medians(engine, CTX_N, pairs, (CALIBRATION_PROMPT_LEN, LONG_PROMPT_LEN), rounds)
     if short is None or long is None:
         return
     fit = fit_context_terms((short[1], short[3]), (long[1], long[3]), CTX_N)
