@@ -32,7 +32,7 @@ from app.bench import peers as peer_modes
 from app.bench.info import run_info
 from app.bench.prompt_sets import BenchPrompt, prompt_text
 from app.chat.format import PromptFormat, prompt_format_of
-from app.engine.calibration import CostModel, calibrate
+from app.engine.calibration import CostModel, calibrate, learn
 from app.engine.controller import DraftController, policy_for_mode
 from app.engine.dflash import Engine
 from app.engine.draft_policy import DFLASH
@@ -102,7 +102,8 @@ def _sum_by_choice(rows: list[dict], mode: str, key: str) -> dict[str, list[floa
 
 def cost_model_check(rows: list[dict], modes: list[str], cost: CostModel) -> dict:
     """Predicted against measured step time, per mode and choice "source:k" (mean over the run's
-    steps): `calibrated`, the cost model as calibrated before the run for a steady step (no graph
+    steps): `calibrated`, the cost model as it stood before the run (calibrated, and learned from
+    the loop's steps of earlier runs and chats: calibration.learn) for a steady step (no graph
     rebuild) at each step's context; `calibrated_rebuilds`, the same step by step with its
     rebuild cost (switch_s) added where the verify size differs from the step before (the first
     step of a generation included), as the controller reads it; `live`, for the controller's
@@ -174,7 +175,8 @@ def bench(engine: Engine, prompts: list[BenchPrompt], modes: list[str], max_toke
           partial: Callable[[dict], None] | None = None) -> dict:
     """Every mode on every prompt, interleaved. `partial` gets the result so far after each prompt
     (the CLI writes it to the JSON file, so a long run that is stopped keeps what it measured);
-    `recalibrate` measures the cost model anew first instead of reading the cache."""
+    `recalibrate` measures the cost model anew first instead of reading the cache; the steps the
+    controllers timed are folded into the cached model at the end (calibration.learn)."""
     for m in modes:
         if m not in MODES and not peer_modes.is_peer(m):  # a malformed peer name raises here
             raise ValueError(f"unknown mode {m!r}; expected some of {', '.join(MODES + PEER_MODES)}")
@@ -218,6 +220,9 @@ def bench(engine: Engine, prompts: list[BenchPrompt], modes: list[str], max_toke
                 partial(result(rows) | {"complete": False})
     finally:
         peer_modes.close_peers(peers)
+    for p in policies.values():  # what the controllers timed goes into the cached model, as a chat's does
+        if isinstance(p, DraftController):
+            learn(engine, p.seen)
     return result(rows)
 
 

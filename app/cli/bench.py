@@ -115,6 +115,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                           "plain_tokens_per_s": round(cm.plain_tokens_per_s, 3),
                           "verify_ms": [round(x * 1e3, 3) for x in cm.verify_s[1:]],
                           "verify_relative": [round(x, 3) for x in cm.relative_verify()],
+                          # how many steps each size's cost is the mean of (calibration's, then the loop's)
+                          "verify_steps": [int(x) for x in cm.verify_steps[1:]],
                           "draft_ms": [round(x * 1e3, 3) for x in cm.draft_s[1:]],
                           "draft_relative_to_plain_step": [round(x / cm.verify_s[1], 3) for x in cm.draft_s[1:]],
                           "inject_call_ms": round(cm.inject_call_s * 1e3, 4),

@@ -44,7 +44,10 @@ INJECT_ROWS = 64  # the per-row injection cost is read from a call this size and
 LONG_PROMPT_LEN = 2000
 CTX_N = 8
 CTX_MIN_GAP = 500
-CALIBRATION_VERSION = "4"  # part of the cache key: a new cost model format is measured anew
+# the most steps a size's cost is the mean of: past it, newer steps weigh more, so that a machine
+# whose speed changed is followed within a few thousand steps
+LEARN_CAP = 2000
+CALIBRATION_VERSION = "5"  # part of the cache key: a new cost model format is measured anew
 
 
 def _calibration_prompt(engine: Engine, shift: int, room: int, length: int = CALIBRATION_PROMPT_LEN) -> list[int]:
@@ -69,6 +72,8 @@ class CostModel:
     ctx_step_s, ctx_token_s: per cache cell beyond calib_ctx, what a step pays (reading the cache)
         and what each verified token pays (its attention over it); verify_s holds the costs at
         calib_ctx cells, the context the sizes were measured at
+    verify_steps[n], draft_steps[k]: how many steps each estimate is the mean of (the calibration's,
+        then the loop's own, folded in by learn(); at most LEARN_CAP)
     """
     verify_s: list[float] = field(default_factory=list)
     draft_s: list[float] = field(default_factory=list)
@@ -78,6 +83,8 @@ class CostModel:
     ctx_step_s: float = 0.0
     ctx_token_s: float = 0.0
     calib_ctx: float = 0.0
+    verify_steps: list[float] = field(default_factory=list)
+    draft_steps: list[float] = field(default_factory=list)
     key: str = ""
     measured_at: float = 0.0
 
@@ -257,6 +264,8 @@ def measure(engine: Engine, rounds: int = 4, pairs: int = 4) -> CostModel:
         cm.verify_s[i] = cm.verify_s[i] or cm.verify_s[i - 1]
     for i in range(2, len(cm.draft_s)):
         cm.draft_s[i] = cm.draft_s[i] or cm.draft_s[i - 1]
+    cm.verify_steps = [0.0, float(len(plain))] + [float(len(ratio[n])) for n in range(2, n_max + 1)]
+    cm.draft_steps = [0.0] + [float(len(draft[n])) for n in range(2, n_max + 1)] + [0.0] * (len(cm.draft_s) - n_max)
     cm.calib_ctx = float(np.median(cells)) if cells else 0.0
     cm.switch_s = max(0.0, float(np.median(rebuild))) if rebuild else 0.0
     _context_terms(engine, cm, rounds * pairs * 4, max(1, rounds))
@@ -331,15 +340,19 @@ def cached_calibration(engine: Engine) -> CostModel | None:
 
 
 def calibrate(engine: Engine, use_cache: bool = True) -> CostModel:
-    """The cost model for this engine: from the on-disk cache, or measured now (~30 s on a 2-core CPU)."""
+    """The cost model for this engine: from the on-disk cache, or measured now (~50 s on a 2-core CPU)."""
     if use_cache:
         cm = cached_calibration(engine)
         if cm is not None:
             return cm
-    key = cache_key(engine)
-    path = cache_dir() / f"{key}.json"
     cm = measure(engine)
-    cm.key = key
+    cm.key = cache_key(engine)
+    _save(cm)
+    return cm
+
+
+def _save(cm: CostModel) -> None:
+    path = cache_dir() / f"{cm.key}.json"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
@@ -347,4 +360,49 @@ def calibrate(engine: Engine, use_cache: bool = True) -> CostModel:
         tmp.rename(path)
     except OSError:
         pass  # no cache on a read-only or full disk; the model still works
+
+
+class LoopTimes:
+    """The steady steps the decode loop timed (a controller collects them as it observes): per
+    verify size n the sum and count of the times without the drafter's work, read back to
+    calib_ctx cells; per draft length k the drafter pass's."""
+
+    def __init__(self) -> None:
+        self.verify: dict[int, list[float]] = {}  # n: [steps, seconds]
+        self.draft: dict[int, list[float]] = {}
+
+    def add(self, n: int, t_verify: float, k_draft: int = 0, t_draft: float = 0.0) -> None:
+        e = self.verify.setdefault(n, [0, 0.0])
+        e[0] += 1
+        e[1] += t_verify
+        if k_draft > 0 and t_draft > 0:
+            d = self.draft.setdefault(k_draft, [0, 0.0])
+            d[0] += 1
+            d[1] += t_draft
+
+    def fold_into(self, cm: CostModel) -> None:
+        """Each size's estimate becomes the mean over the steps behind it and these (weighted
+        as at most LEARN_CAP steps); then these are cleared."""
+        for times, est, steps in ((self.verify, cm.verify_s, cm.verify_steps),
+                                  (self.draft, cm.draft_s, cm.draft_steps)):
+            steps.extend([0.0] * (len(est) - len(steps)))
+            for i, (n, total) in times.items():
+                if 0 < i < len(est) and n > 0:
+                    w = steps[i]
+                    est[i] = (w * est[i] + total) / (w + n)
+                    steps[i] = min(w + n, LEARN_CAP)
+            times.clear()
+
+
+def learn(engine: Engine, seen: LoopTimes) -> CostModel | None:
+    """Fold what the loop timed into this pair's cached cost model, so that the next session (or
+    bench) starts from the mean over every step seen, not from one ~50 s calibration on a machine
+    whose speed drifts by 10-20% within minutes; the cached model, or None if there is none (then
+    nothing is learned). The live copy a controller refreshes is not touched."""
+    cm = cached_calibration(engine)
+    if cm is None:
+        return None
+    seen.fold_into(cm)
+    cm.key = cache_key(engine)
+    _save(cm)
     return cm

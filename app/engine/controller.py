@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from app.engine.acceptance import AcceptanceModel, expected_tokens
-from app.engine.calibration import CostModel, calibrate
+from app.engine.calibration import CostModel, LoopTimes, calibrate
 from app.engine.draft_policy import (
     DFLASH,
     LOOKUP,
@@ -81,6 +81,7 @@ class DraftController:
         self.probe_max_gap = probe_max_gap
         self.probe_k = probe_k
         self.refresh_costs = refresh_costs
+        self.seen = LoopTimes()  # the steady steps' times, for calibration.learn (the cached model)
         self._gap = probe_every
         self._plain_streak = 0
         self._probing = False
@@ -173,9 +174,12 @@ class DraftController:
             self._gap = self.probe_every if promising else min(self._gap * 2, self.probe_max_gap)
         switched = k + 1 != self._last_n
         self._last_n = k + 1
-        if self.refresh_costs and not switched:  # a rebuild step's time is not the size's cost
-            self.cost.update(k + 1, timing.step_s - timing.draft_s - timing.inject_s,
-                             k if choice.source == DFLASH else 0, timing.draft_s, n_past=self._last_ctx)
+        if not switched:  # a rebuild step's time is not the size's cost
+            t = timing.step_s - timing.draft_s - timing.inject_s
+            k_draft = k if choice.source == DFLASH else 0
+            self.seen.add(k + 1, t - float(self.cost.context_s(k + 1, self._last_ctx)), k_draft, timing.draft_s)
+            if self.refresh_costs:
+                self.cost.update(k + 1, t, k_draft, timing.draft_s, n_past=self._last_ctx)
 
     def _lookup_model(self, step: StepInfo) -> AcceptanceModel:
         if step.first:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.chat.format import ChatMessage, PromptFormat, prompt_format_of
-from app.engine.calibration import CostModel
+from app.engine.calibration import CostModel, learn
 from app.engine.controller import DraftController, new_controller
 from app.engine.dflash import Engine
 from app.engine.draft_policy import LOOKUP, DraftPolicy, FixedDraftLength
@@ -182,6 +182,8 @@ class ChatSession:
                 self.store.touch(conv_id)
             except StoreError:
                 pass  # only the chat's place in the list: the reply's own failure (if any) is what is raised
+            if policy is not None and policy is self._controller:
+                learn(self.engine, policy.seen)  # the steps it timed, into the cached cost model
 
 
 def _mark(store: Store, msg_id: int, status: str, error: str) -> None:
