@@ -47,6 +47,10 @@ CTX_MIN_GAP = 500
 # the most steps a size's cost is the mean of: past it, newer steps weigh more, so that a machine
 # whose speed changed is followed within a few thousand steps
 LEARN_CAP = 2000
+# what a calibrated cost weighs against the loop's steps folded in (learn): a calibration is one ~50 s
+# window of a machine whose speed drifts (its plain step measured 8.0 ms once, 10.6 over the bench
+# that followed), worth a few seconds of the loop's steps however many it timed
+CALIBRATION_WEIGHT = 16
 CALIBRATION_VERSION = "5"  # part of the cache key: a new cost model format is measured anew
 
 
@@ -264,8 +268,8 @@ def measure(engine: Engine, rounds: int = 4, pairs: int = 4) -> CostModel:
         cm.verify_s[i] = cm.verify_s[i] or cm.verify_s[i - 1]
     for i in range(2, len(cm.draft_s)):
         cm.draft_s[i] = cm.draft_s[i] or cm.draft_s[i - 1]
-    cm.verify_steps = [0.0, float(len(plain))] + [float(len(ratio[n])) for n in range(2, n_max + 1)]
-    cm.draft_steps = [0.0] + [float(len(draft[n])) for n in range(2, n_max + 1)] + [0.0] * (len(cm.draft_s) - n_max)
+    cm.verify_steps = [0.0] + [float(CALIBRATION_WEIGHT)] * n_max
+    cm.draft_steps = [0.0] + [float(CALIBRATION_WEIGHT)] * (len(cm.draft_s) - 1)
     cm.calib_ctx = float(np.median(cells)) if cells else 0.0
     cm.switch_s = max(0.0, float(np.median(rebuild))) if rebuild else 0.0
     _context_terms(engine, cm, rounds * pairs * 4, max(1, rounds))
