@@ -12,9 +12,11 @@ calibrations of sizes measured in runs of their own differed by up to 40% at
 one size). The same pairs of sizes at a document-length context give what
 attention over the cache adds per step and per verified token (a verify of 8
 costs ~5 ms more at 2k cells than at 200 on a 2-core CPU, a single token
-~1 ms). Cached on disk per (models, build, threads, context), and refreshed
+~1 ms). Cached on disk per (models, build, threads, context), refreshed
 while running from the step timings the engine reports (an exponential moving
-average per size).
+average per size, the controller's live copy), and learned: after a reply (or
+a bench) the steady steps the controller timed are folded into the cached
+model (learn), each size the mean over the steps seen.
 """
 
 from __future__ import annotations
