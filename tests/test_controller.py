@@ -14,7 +14,7 @@ from app.engine.calibration import CostModel, calibrate
 from app.engine.controller import DraftController, new_controller
 from app.engine.dflash import Engine, EngineConfig
 from app.engine.draft_policy import DFLASH, LOOKUP, PLAIN, Choice, FixedDraftLength, StepInfo, StepTiming
-from app.engine.lookup import LookupMatch
+from app.engine.lookup import AGREED, MIXED, LookupMatch
 from app.engine.params import GenerationParams
 
 # the CPU cost curve of Gemma 3 270M before the small-batch kernels: verify of n tokens relative to n = 1
@@ -120,7 +120,7 @@ def test_rates_follow_the_cost_model() -> None:
         step = StepInfo(lookup=LookupMatch(n, tuple(range(int(rng.integers(1, 16))))), has_drafter=True,
                         pending_rows=int(rng.integers(0, 3)))
         for rate, t, ch in p.candidates(step):
-            model = p.dflash if ch.source == DFLASH else p.lookup[n]
+            model = p.dflash if ch.source == DFLASH else p.lookup[step.lookup.agreement][n]
             e = expected_tokens(model.p, ch.k)
             want = max(c.verify_s[1:ch.k + 2]) + c.inject_row_s * e + (c.switch_s if ch.k + 1 != 1 else 0.0)
             if ch.source == DFLASH:
@@ -139,6 +139,19 @@ def test_a_long_lookup_match_beats_a_short_one() -> None:
             p.observe(c, c.k if right else 0, StepTiming())
     assert best(p, long_m).source == LOOKUP and best(p, long_m).k >= 4
     assert best(p, short_m) == Choice(PLAIN, 0)
+
+
+def test_lookup_acceptance_is_learned_apart_by_agreement() -> None:
+    """At the same match length, drafts after n-grams always followed by the same token pass and
+    those after n-grams followed by different tokens fail: the lookup drafts only at the former."""
+    p = DraftController(cpu_costs(), (LOOKUP,), refresh_costs=False)
+    agreed, mixed = (StepInfo(LookupMatch(2, (1,) * 8, a), False) for a in (AGREED, MIXED))
+    for _ in range(100):
+        for step, right in ((agreed, True), (mixed, False)):
+            c = p.choose(step)
+            p.observe(c, c.k if right else 0, StepTiming())
+    assert best(p, agreed).source == LOOKUP and best(p, agreed).k >= 4
+    assert best(p, mixed) == Choice(PLAIN, 0)
 
 
 def test_dflash_acceptance_is_learned_apart_where_the_lookup_has_nothing() -> None:

@@ -9,19 +9,23 @@ from pathlib import Path
 
 from app.engine.dflash import Engine, EngineConfig
 from app.engine.draft_policy import LOOKUP, FixedDraftLength
-from app.engine.lookup import ContextLookup, LookupMatch
+from app.engine.lookup import AGREED, MIXED, ONCE, ContextLookup, LookupMatch
 from app.engine.params import GenerationParams
 
 
 def brute_force(tokens: list[int], k: int, max_n: int) -> LookupMatch | None:
     """The definition, by rescanning: the longest n <= max_n whose n tokens ending at the anchor
-    occurred ending earlier (the latest such occurrence), and up to k tokens after it."""
+    occurred ending earlier (the latest such occurrence), up to k tokens after it, and whether
+    that n-gram occurred once, always with the same successor, or with different ones."""
     a = len(tokens) - 1
     for n in range(min(max_n, a), 0, -1):
         suffix = tokens[a - n + 1:a + 1]
-        for e in range(a - 1, n - 2, -1):
-            if tokens[e - n + 1:e + 1] == suffix:
-                return LookupMatch(n, tuple(tokens[e + 1:min(e + 1 + k, a + 1)]))
+        ends = [e for e in range(n - 1, a) if tokens[e - n + 1:e + 1] == suffix]
+        if ends:
+            e = ends[-1]
+            successors = {tokens[x + 1] for x in ends}
+            agreement = ONCE if len(ends) == 1 else AGREED if len(successors) == 1 else MIXED
+            return LookupMatch(n, tuple(tokens[e + 1:min(e + 1 + k, a + 1)]), agreement)
     return None
 
 
@@ -48,11 +52,23 @@ def test_matches_the_definition_under_appends_and_edits() -> None:
 def test_proposes_what_followed_the_last_occurrence() -> None:
     lk = ContextLookup()
     lk.set_history([1, 2, 3, 4, 5, 9, 2, 3])
-    assert lk.find(3) == LookupMatch(2, (4, 5, 9))  # "2 3" was followed by "4 5 9"
+    assert lk.find(3) == LookupMatch(2, (4, 5, 9), ONCE)  # "2 3" was followed by "4 5 9"
     lk.append([7])  # the target said 7, not 4: the draft was rejected, the index has only what was emitted
     assert lk.find(3) is None  # 7 never occurred before
     lk.append([1, 2])
-    assert lk.find(2) == LookupMatch(2, (3, 4))  # "1 2" ... -> "3 4"
+    assert lk.find(2) == LookupMatch(2, (3, 4), ONCE)  # "1 2" ... -> "3 4"
+
+
+def test_says_whether_the_earlier_occurrences_agree() -> None:
+    """The draft's confidence besides n: "1" was followed by 6 both times (agreed), or by 6 and
+    then 7 (mixed: the draft is what followed the last one)."""
+    lk = ContextLookup()
+    lk.set_history([5, 1, 6, 1, 6, 2, 1])
+    assert lk.find(2) == LookupMatch(1, (6, 2), AGREED)
+    lk.set_history([5, 1, 6, 1, 7, 2, 1])
+    assert lk.find(2) == LookupMatch(1, (7, 2), MIXED)
+    lk.append([7, 2, 1])  # "1 7 2 1" now occurred once before
+    assert lk.find(3) == LookupMatch(4, (7, 2, 1), ONCE)
 
 
 def test_engine_keeps_the_lookup_at_the_emitted_tokens(tiny_pair: tuple[Path, Path]) -> None:

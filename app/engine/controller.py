@@ -4,7 +4,9 @@ expected tokens per second.
 Candidates: plain (no draft), lookup(k) for k up to the context match's
 length, DFlash(k) for k up to the drafter's block. For each, expected tokens
 E(k) come from the acceptance model of that source (the lookup's per match
-length n, since a long match predicts better than a short one) and expected
+length n and agreement, since a long match predicts better than a short one
+and an n-gram always followed by the same token better than one followed by
+different tokens) and expected
 seconds from the calibrated cost model (app.engine.calibration): the target
 pass over k+1 tokens at the step's context, the drafter pass and its injection call for DFlash
 only, a graph rebuild when the verify size changes. Rate = E / seconds.
@@ -39,15 +41,19 @@ from app.engine.draft_policy import (
     StepInfo,
     StepTiming,
 )
-from app.engine.lookup import DEFAULT_MAX_N
+from app.engine.lookup import AGREED, AGREEMENTS, DEFAULT_MAX_N, MIXED
 
 if TYPE_CHECKING:
     from app.engine.dflash import Engine
 
 CONF_BINS = np.array([0.0, 0.2, 0.4, 0.6, 0.8, 0.9, 0.95, 0.99, 1.01])
-# prior acceptance of a lookup draft by match length n (1..max_n): a one-token match is a guess,
-# a six-token one usually a copy; a handful of steps replace these with what the text shows
+# prior acceptance of a lookup draft by match length n (1..max_n) of an n-gram seen once: a one-token
+# match is a guess, a six-token one usually a copy; one always followed by the same token does better,
+# one followed by different tokens passes about one time in three (app.engine.lookup); a handful of
+# steps replace these with what the text shows
 LOOKUP_PRIOR = (0.0, 0.25, 0.4, 0.5, 0.6, 0.65, 0.7)
+LOOKUP_AGREED_PRIOR = (0.0, 0.6, 0.75, 0.85, 0.9, 0.9, 0.9)
+LOOKUP_MIXED_PRIOR = 0.3
 # at a reply's first step the anchor ends the prompt, usually a turn marker ("Assistant:",
 # "<start_of_turn>model"), whose earlier occurrence is followed by an earlier answer (or a
 # format's example): a guess, whatever the match length
@@ -72,11 +78,12 @@ class DraftController:
         self.dflash_unmatched = (AcceptanceModel(self.dflash_k_max, DFLASH_PRIOR, prior_weight, decay)
                                  if LOOKUP in self.sources else self.dflash)
         self._last_dflash = self.dflash  # the model of the step being verified
-        self.lookup = [AcceptanceModel(self.lookup_k_max, LOOKUP_PRIOR[min(n, len(LOOKUP_PRIOR) - 1)],
-                                       prior_weight, decay) for n in range(DEFAULT_MAX_N + 1)]
+        # [agreement][match length]
+        self.lookup = [[AcceptanceModel(self.lookup_k_max, lookup_prior(a, n), prior_weight, decay)
+                        for n in range(DEFAULT_MAX_N + 1)] for a in AGREEMENTS]
         # a reply's first step learned apart: a lookup there proposes how an earlier turn began
         self.lookup_first = AcceptanceModel(self.lookup_k_max, LOOKUP_FIRST_PRIOR, prior_weight, decay)
-        self._last_lookup = self.lookup[0]  # the lookup model of the step being verified
+        self._last_lookup = self.lookup[0][0]  # the lookup model of the step being verified
         self.probe_every = probe_every
         self.probe_max_gap = probe_max_gap
         self.probe_k = probe_k
@@ -185,7 +192,9 @@ class DraftController:
     def _lookup_model(self, step: StepInfo) -> AcceptanceModel:
         if step.first:
             return self.lookup_first
-        return self.lookup[min(step.lookup.n, DEFAULT_MAX_N) if step.lookup is not None else 0]
+        if step.lookup is None:
+            return self.lookup[0][0]
+        return self.lookup[step.lookup.agreement][min(step.lookup.n, DEFAULT_MAX_N)]
 
     def _dflash_model(self, step: StepInfo) -> AcceptanceModel:
         return self.dflash if step.lookup is not None else self.dflash_unmatched
@@ -201,6 +210,14 @@ class DraftController:
             t = c.step_times(False, e, None, False, self._last_ctx)
         r = e / t
         return bool(r[1:].max(initial=0.0) > r[0])
+
+
+def lookup_prior(agreement: int, n: int) -> float:
+    """The prior acceptance of a lookup draft after a match of n tokens of this agreement."""
+    if agreement == MIXED:
+        return LOOKUP_MIXED_PRIOR
+    table = LOOKUP_AGREED_PRIOR if agreement == AGREED else LOOKUP_PRIOR
+    return table[min(n, len(table) - 1)]
 
 
 def new_controller(engine: Engine, sources: tuple[str, ...] = (LOOKUP, DFLASH),

@@ -3,11 +3,17 @@ as it reads now.
 
 The index maps every n-gram (n = 1..max_n) of the conversation's token ids
 (system prompt, documents, earlier turns, the reply so far) to the position
-where it last ended. To draft after the anchor (the last emitted token), take
-the longest n such that the n tokens ending at the anchor occurred before,
-and propose what followed that occurrence. The match length n is the
-draft's confidence. No model runs; the index grows by max_n dictionary
-writes per token, lazily, and a query costs at most max_n lookups.
+where it last ended, how often it occurred and whether every occurrence was
+followed by the same token. To draft after the anchor (the last emitted
+token), take the longest n such that the n tokens ending at the anchor
+occurred before, and propose what followed the last occurrence. The draft's
+confidence is the match length n and that agreement: over the 230 prompts of
+docs/bench/hybrid-learned-cpu.json (the plain outputs replayed), a draft's first
+token passed 97% of the time after an n-gram always followed by the same token,
+79% after one seen once and 36% after one followed by different tokens
+(HumanEval; chat: 95/60/28%, documents: 68/56/30%). No model runs; the index
+grows by max_n dictionary writes per token, lazily, and a query costs at most
+max_n lookups (~20 us per token on this CPU, indexing included).
 """
 
 from __future__ import annotations
@@ -16,11 +22,18 @@ from dataclasses import dataclass
 
 DEFAULT_MAX_N = 6  # longest suffix matched (longer matches draft more reliably)
 
+# how the earlier occurrences of the matched n-gram continued
+ONCE = 0  # it occurred once
+AGREED = 1  # more than once, every time followed by the same token
+MIXED = 2  # followed by different tokens (the draft is the last occurrence's continuation)
+AGREEMENTS = (ONCE, AGREED, MIXED)
+
 
 @dataclass(frozen=True)
 class LookupMatch:
     n: int  # how many tokens ending at the anchor matched an earlier occurrence
     tokens: tuple[int, ...]  # what followed it (at most the k asked for)
+    agreement: int = ONCE  # ONCE, AGREED or MIXED
 
 
 class ContextLookup:
@@ -29,7 +42,8 @@ class ContextLookup:
     def __init__(self, max_n: int = DEFAULT_MAX_N):
         self.max_n = max_n
         self.tokens: list[int] = []
-        self._last: list[dict[tuple[int, ...], int]] = [{} for _ in range(max_n + 1)]  # [n][n-gram] -> end
+        # [n][n-gram] -> [where it last ended, occurrences, whether all were followed by the same token]
+        self._last: list[dict[tuple[int, ...], list]] = [{} for _ in range(max_n + 1)]
         self._indexed = 0  # n-grams ending at positions < this are in the index
 
     def reset(self) -> None:
@@ -53,24 +67,33 @@ class ContextLookup:
 
     def find(self, k: int) -> LookupMatch | None:
         """The continuation of the longest earlier match of the suffix ending at the last token
-        (at most k tokens), or None."""
+        (at most k tokens, from its last occurrence), or None."""
         toks = self.tokens
         a = len(toks) - 1  # the anchor
         if a < 1 or k < 1:
             return None
         self._index_until(a)
         for n in range(min(self.max_n, a), 0, -1):
-            e = self._last[n].get(tuple(toks[a - n + 1:a + 1]))
-            if e is not None:
+            entry = self._last[n].get(tuple(toks[a - n + 1:a + 1]))
+            if entry is not None:
+                e, seen, agreed = entry
                 cont = toks[e + 1:min(e + 1 + k, a + 1)]
                 if cont:
-                    return LookupMatch(n, tuple(cont))
+                    return LookupMatch(n, tuple(cont), ONCE if seen == 1 else AGREED if agreed else MIXED)
         return None
 
     def _index_until(self, end: int) -> None:
-        """Index the n-grams that end before `end` (the anchor's own are not: it would match itself)."""
+        """Index the n-grams that end before `end` (the anchor's own are not: it would match itself),
+        each with the token that followed it (there is one: it ends before the anchor)."""
         toks = self.tokens
         for p in range(self._indexed, end):
             for n in range(1, min(self.max_n, p + 1) + 1):
-                self._last[n][tuple(toks[p - n + 1:p + 1])] = p
+                key = tuple(toks[p - n + 1:p + 1])
+                entry = self._last[n].get(key)
+                if entry is None:
+                    self._last[n][key] = [p, 1, True]
+                else:  # the earlier ones all agreed with the last's successor, or not
+                    entry[2] = entry[2] and toks[entry[0] + 1] == toks[p + 1]
+                    entry[0] = p
+                    entry[1] += 1
         self._indexed = max(self._indexed, end)
