@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from app.bench.runner import cost_model_check
-from app.engine.calibration import CostModel, fit_context_terms, measure
+from app.engine.calibration import PACE_ALPHA, SIZE_ALPHA, CostModel, fit_context_terms, measure
 from app.engine.controller import DraftController
 from app.engine.dflash import Engine, EngineConfig
 from app.engine.draft_policy import LOOKUP, StepInfo
@@ -47,8 +47,11 @@ def test_step_times_follow_the_context_and_refreshes_read_back() -> None:
     before = list(cm.verify_s)
     cm.update(4, float(long[3]), n_past=2100)  # exactly what the model expects there: nothing moves
     assert cm.verify_s == pytest.approx(before)
-    cm.update(4, float(long[3]) + 0.002, n_past=2100)  # slower than expected: the base moves up, a little
-    assert cm.verify_s[4] == pytest.approx(0.013 + 0.05 * 0.002)
+    cm.update(4, float(long[3]) + 0.002, n_past=2100)  # slower than expected: the pace and the size move up
+    expect = 0.013 + (1e-7 + 4 * 3e-7) * CELL
+    assert cm.pace == pytest.approx(1.0 + PACE_ALPHA * 0.002 / 0.013)
+    assert cm.verify_s[4] == pytest.approx(0.013 + SIZE_ALPHA * ((expect + 0.002) / cm.pace - expect))
+    assert cm.verify_s[:4] == before[:4]  # the other sizes keep their own estimates (and follow the pace)
 
 
 def test_the_controller_drafts_less_at_a_long_context() -> None:

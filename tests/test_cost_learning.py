@@ -4,15 +4,19 @@ seen rather than one ~50 s calibration on a machine whose speed drifts."""
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import app.engine.calibration as calibration
 from app.engine.calibration import LEARN_CAP, CostModel, LoopTimes, cache_key, calibrate, learn
-from app.engine.controller import new_controller
+from app.engine.controller import DraftController, new_controller
 from app.engine.dflash import Engine, EngineConfig
+from app.engine.draft_policy import LOOKUP, StepInfo
+from app.engine.lookup import LookupMatch
 from app.engine.params import GenerationParams
 from app.session.chat_session import ChatSession
 from app.session.conversation_ops import send_user_message
@@ -44,6 +48,23 @@ def test_fold_is_the_mean_over_every_step_capped() -> None:
     seen.add(1, 0.012)
     seen.fold_into(old)
     assert old.verify_s[1] == pytest.approx(0.012) and old.verify_steps[1] == 1.0
+
+
+def test_the_pace_carries_the_machines_drift_to_sizes_rarely_seen() -> None:
+    """The machine got 10% slower, seen only through plain steps: a size never drafted since is
+    expected dearer too (by most of the 10%: the pace takes most of a drift, the plain step's own
+    estimate the rest), and no choice changes with the pace."""
+    cm = CostModel(verify_s=[0.0, 0.010, 0.012, 0.014, 0.016], draft_s=[0.0] + [0.001] * 4)
+    before = DraftController(copy.deepcopy(cm), (LOOKUP,), refresh_costs=False)
+    for _ in range(300):
+        cm.update(1, 0.011)
+    t = cm.step_times(False, np.ones(4))
+    assert t[0] == pytest.approx(0.011, rel=0.01)
+    assert 0.016 * 1.075 < t[3] < 0.016 * 1.1  # never observed: it follows the pace (most of the drift)
+    after = DraftController(cm, (LOOKUP,), refresh_costs=False)
+    for n in range(1, 7):
+        step = StepInfo(LookupMatch(n, (1, 2, 3)), False)
+        assert after.choose(step) == before.choose(step)
 
 
 def _cached(e: Engine, cache: Path) -> dict:

@@ -182,12 +182,12 @@ class DraftController:
         switched = k + 1 != self._last_n
         self._last_n = k + 1
         if not switched:  # a rebuild step's time is not the size's cost
-            # the step's time without the drafter's work, read back to the calibration's context once
-            t = timing.step_s - timing.draft_s - timing.inject_s - float(self.cost.context_s(k + 1, self._last_ctx))
+            t = timing.step_s - timing.draft_s - timing.inject_s  # the step without the drafter's work
             k_draft = k if choice.source == DFLASH else 0
-            self.seen.add(k + 1, t, k_draft, timing.draft_s)
+            # learned as measured (read back to the calibration's context); refreshed at the pace
+            self.seen.add(k + 1, t - float(self.cost.context_s(k + 1, self._last_ctx)), k_draft, timing.draft_s)
             if self.refresh_costs:
-                self.cost.update(k + 1, t, k_draft, timing.draft_s)
+                self.cost.update(k + 1, t, k_draft, timing.draft_s, n_past=self._last_ctx)
 
     def _lookup_model(self, step: StepInfo) -> AcceptanceModel:
         if step.first:
