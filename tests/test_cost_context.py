@@ -47,11 +47,10 @@ def test_step_times_follow_the_context_and_refreshes_read_back() -> None:
     before = list(cm.verify_s)
     cm.update(4, float(long[3]), n_past=2100)  # exactly what the model expects there: nothing moves
     assert cm.verify_s == pytest.approx(before)
-    cm.update(4, float(long[3]) + 0.002, n_past=2100)  # slower than expected: the pace and the size move up
-    expect = 0.013 + (1e-7 + 4 * 3e-7) * CELL
-    assert cm.pace == pytest.approx(1.0 + PACE_ALPHA * 0.002 / 0.013)
-    assert cm.verify_s[4] == pytest.approx(0.013 + SIZE_ALPHA * ((expect + 0.002) / cm.pace - expect))
-    assert cm.verify_s[:4] == before[:4]  # the other sizes keep their own estimates (and follow the pace)
+    cm.update(4, float(long[3]) + 0.002, n_past=2100)  # slower than expected: the pace, then the size move up
+    assert cm.pace == pytest.approx(1.0 + PACE_ALPHA * 0.002 / 0.010)
+    assert cm.verify_s[4] == pytest.approx(0.013 + SIZE_ALPHA * (0.002 - (cm.pace - 1.0) * 0.010))
+    assert cm.verify_s[:4] == before[:4]
 
 
 def test_the_controller_drafts_less_at_a_long_context() -> None:

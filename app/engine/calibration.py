@@ -14,8 +14,8 @@ attention over the cache adds per step and per verified token (a verify of 8
 costs ~5 ms more at 2k cells than at 200 on a 2-core CPU, a single token
 ~1 ms). Cached on disk per (models, build, threads, context), refreshed
 while running from the step timings the engine reports (the controller's live
-copy: an exponential moving average per size, and a pace shared by all sizes
-that follows the machine's drift), and learned: after a reply (or
+copy: a pace for the single-token step, which this VM's drift moves, and an
+exponential moving average per size of what more tokens add), and learned: after a reply (or
 a bench) the steady steps the controller timed are folded into the cached
 model (learn), each size the mean over the steps seen.
 """
@@ -54,9 +54,9 @@ LEARN_CAP = 2000
 # window of a machine whose speed drifts (its plain step measured 8.0 ms once, 10.6 over the bench
 # that followed), worth a few seconds of the loop's steps however many it timed
 CALIBRATION_WEIGHT = 16
-# how fast a live model follows the steps: the pace in ~20 steps (this VM's speed drifts by +-5-10%
-# over minutes, alike for every size), a size's own estimate in ~100 of its steps (its cost relative
-# to the others, which the learned model already holds); the pace takes most of a drift
+# how fast a live model follows the steps: the pace in ~20 steps (this VM's single-token step drifts by
+# up to 40% between sessions and +-5-10% within minutes), what a size adds beyond one token in ~100 of
+# its steps (that holds still: CostModel.pace)
 PACE_ALPHA = 0.05
 SIZE_ALPHA = 0.01
 CALIBRATION_VERSION = "5"  # part of the cache key: a new cost model format is measured anew
@@ -86,11 +86,13 @@ class CostModel:
         calib_ctx cells, the context the sizes were measured at
     verify_steps[n], draft_steps[k]: how many steps each estimate is the mean of (the calibration's,
         then the loop's own, folded in by learn(); at most LEARN_CAP)
-    pace: the machine's speed now against the costs above, shared by every size: each expected time
-        is multiplied by it. 1 as calibrated and learned; a controller's live copy follows it from
-        every steady step (update), so that a size it rarely drafts follows the machine's drift with
-        the frequent ones. Choices compare rates, so the pace never changes one: it keeps the sizes'
-        costs in proportion while each size's own estimate is refreshed at its own rate.
+    pace: the single-token step now against verify_s[1] (1 as calibrated and learned; a controller's
+        live copy follows it from every steady step, update): a step of n tokens is expected to
+        cost pace * verify_s[1] + (verify_s[n] - verify_s[1]) + the rest. On this VM the drift is in
+        the part every pass shares (reading the weights), not in what more tokens add: over five
+        bench runs the plain step's mean was 7.95-11.67 ms while a verify of 4 (lookup) added
+        5.06-5.85 ms to it and a DFlash step of 1 draft 2.43-3.22 ms, so a drift moves the
+        single-token step alone and drafting gets relatively dearer when the machine is fast.
     """
     verify_s: list[float] = field(default_factory=list)
     draft_s: list[float] = field(default_factory=list)
@@ -124,42 +126,47 @@ class CostModel:
         DFlash (a drafter pass, and an injection call if `inject`) or not (plain, lookup); the
         graph rebuild counted where k+1 != last_n (None: not at all); after n_past cache cells
         (None: at calib_ctx). Costs are read as non-decreasing in size: a noisy low estimate for
-        a large batch must not make it look cheaper than a smaller one. All of it times the pace."""
+        a large batch must not make it look cheaper than a smaller one. The single-token part at the
+        pace."""
         emitted = np.asarray(emitted, dtype=np.float64)
         ks = np.arange(len(emitted))
         verify = np.maximum.accumulate(np.asarray(self.verify_s[1:], dtype=np.float64))
         base = verify[np.minimum(ks, len(verify) - 1)]
         # a short context makes a pass cheaper, never less than half its calibrated cost
-        t = np.maximum(base + self.context_s(ks + 1, n_past), 0.5 * base) + self.inject_row_s * emitted
+        t = (np.maximum(base + self.context_s(ks + 1, n_past), 0.5 * base) + (self.pace - 1.0) * verify[0]
+             + self.inject_row_s * emitted)
         if last_n is not None:
             t += self.switch_s * (ks + 1 != last_n)
         if dflash and len(ks) > 1:
             draft = np.maximum.accumulate(np.asarray(self.draft_s[1:], dtype=np.float64))
             t[1:] += draft[np.minimum(ks[1:], len(draft)) - 1] + (self.inject_call_s if inject else 0.0)
-        return self.pace * t
+        return t
 
     def draft_time(self, k: int) -> float:
-        """The drafter pass with k drafts (read as non-decreasing in k), at the pace."""
-        return self.pace * (max(self.draft_s[1:min(k, len(self.draft_s) - 1) + 1], default=0.0) + self.inject_call_s)
+        """The drafter pass with k drafts (read as non-decreasing in k)."""
+        return max(self.draft_s[1:min(k, len(self.draft_s) - 1) + 1], default=0.0) + self.inject_call_s
 
     def update(self, n: int, t_verify: float, k_draft: int = 0, t_draft: float = 0.0,
                alpha: float = SIZE_ALPHA, n_past: int | None = None) -> None:
-        """Refresh from one observed steady step after n_past cache cells (cheap: no extra decodes):
-        the step's time without the drafter's work, read back to the pace and to calib_ctx cells,
-        moves the pace (by PACE_ALPHA of its ratio to the estimate) and then verify_s[n] (by
-        alpha); the drafter pass moves draft_s[k_draft]. Each observation is clipped to [0.5x, 2x]
-        of the estimate first, so a stall caused by another program moves them only a little."""
+        """Refresh from one observed steady step after n_past cache cells (cheap: no extra decodes),
+        its time without the drafter's work read back to calib_ctx cells and clipped to [0.5x, 2x]
+        of the estimate (a stall caused by another program moves the estimates only a little): the
+        pace takes PACE_ALPHA of the difference, then verify_s[n] (n > 1: what n tokens add)
+        `alpha` of what is left; the drafter pass moves draft_s[k_draft]."""
         if 0 < n < len(self.verify_s) and t_verify > 0:
-            cur = self.verify_s[n]
+            one = self.verify_s[1]
 
-            def seen() -> float:  # the observation at the pace, at calib_ctx cells, clipped
-                return min(max(t_verify / self.pace - float(self.context_s(n, n_past)), 0.5 * cur), 2.0 * cur)
+            def left() -> float:  # the observation minus the estimate
+                expect = self.pace * one + self.verify_s[n] - one
+                seen = t_verify - float(self.context_s(n, n_past))
+                return min(max(seen, 0.5 * expect), 2.0 * expect) - expect
 
-            self.pace *= 1.0 + PACE_ALPHA * (seen() / cur - 1.0)
-            self.verify_s[n] += alpha * (seen() - cur)
+            self.pace += PACE_ALPHA * left() / one
+            if n > 1:
+                self.verify_s[n] += alpha * left()
         if 0 < k_draft < len(self.draft_s) and t_draft > 0:
             cur = self.draft_s[k_draft]
-            self.draft_s[k_draft] += alpha * (min(max(t_draft / self.pace, 0.5 * cur), 2.0 * cur) - cur)
+            self.draft_s[k_draft] += alpha * (min(max(t_draft, 0.5 * cur), 2.0 * cur) - cur)
 
     def relative_verify(self) -> list[float]:
         return [v / self.verify_s[1] for v in self.verify_s[1:]]
