@@ -47,9 +47,10 @@ def test_step_times_follow_the_context_and_refreshes_read_back() -> None:
     before = list(cm.verify_s)
     cm.update(4, float(long[3]), n_past=2100)  # exactly what the model expects there: nothing moves
     assert cm.verify_s == pytest.approx(before)
-    cm.update(4, float(long[3]) + 0.002, n_past=2100)  # slower than expected: the pace, then the size move up
-    assert cm.pace == pytest.approx(1.0 + PACE_ALPHA * 0.002 / 0.010)
-    assert cm.verify_s[4] == pytest.approx(0.013 + SIZE_ALPHA * (0.002 - (cm.pace - 1.0) * 0.010))
+    cm.update(4, float(long[3]) + 0.002, n_past=2100)  # slower than expected: the paces, then the size move up
+    r = PACE_ALPHA * 0.002 / (0.010 ** 2 + 0.003 ** 2)  # split by each part's share: 0.010 per pass, 0.003 more
+    assert (cm.pace_pass, cm.pace_token) == pytest.approx((1.0 + r * 0.010, 1.0 + r * 0.003))
+    assert cm.verify_s[4] == pytest.approx(0.013 + SIZE_ALPHA * 0.002 * (1.0 - PACE_ALPHA))
     assert cm.verify_s[:4] == before[:4]
 
 

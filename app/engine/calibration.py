@@ -14,8 +14,9 @@ attention over the cache adds per step and per verified token (a verify of 8
 costs ~5 ms more at 2k cells than at 200 on a 2-core CPU, a single token
 ~1 ms). Cached on disk per (models, build, threads, context), refreshed
 while running from the step timings the engine reports (the controller's live
-copy: a pace for the single-token step, which this VM's drift moves, and an
-exponential moving average per size of what more tokens add), and learned: after a reply (or
+copy: two paces, of what every pass costs and of what each more token adds,
+which this VM's drift moves, and an exponential moving average per size), and
+learned: after a reply (or
 a bench) the steady steps the controller timed are folded into the cached
 model (learn), each size the mean over the steps seen.
 """
@@ -54,9 +55,8 @@ LEARN_CAP = 2000
 # window of a machine whose speed drifts (its plain step measured 8.0 ms once, 10.6 over the bench
 # that followed), worth a few seconds of the loop's steps however many it timed
 CALIBRATION_WEIGHT = 16
-# how fast a live model follows the steps: the pace in ~20 steps (this VM's single-token step drifts by
-# up to 40% between sessions and +-5-10% within minutes), what a size adds beyond one token in ~100 of
-# its steps (that holds still: CostModel.pace)
+# how fast a live model follows the steps: the paces in ~20 steps (this VM's plain step drifts by up to
+# 40% between sessions and +-5-10% within minutes), a size's own estimate in ~100 of its steps
 PACE_ALPHA = 0.05
 SIZE_ALPHA = 0.01
 CALIBRATION_VERSION = "5"  # part of the cache key: a new cost model format is measured anew
@@ -86,13 +86,14 @@ class CostModel:
         calib_ctx cells, the context the sizes were measured at
     verify_steps[n], draft_steps[k]: how many steps each estimate is the mean of (the calibration's,
         then the loop's own, folded in by learn(); at most LEARN_CAP)
-    pace: the single-token step now against verify_s[1] (1 as calibrated and learned; a controller's
-        live copy follows it from every steady step, update): a step of n tokens is expected to
-        cost pace * verify_s[1] + (verify_s[n] - verify_s[1]) + the rest. On this VM the drift is in
-        the part every pass shares (reading the weights), not in what more tokens add: over five
-        bench runs the plain step's mean was 7.95-11.67 ms while a verify of 4 (lookup) added
-        5.06-5.85 ms to it and a DFlash step of 1 draft 2.43-3.22 ms, so a drift moves the
-        single-token step alone and drafting gets relatively dearer when the machine is fast.
+    pace_pass, pace_token: the machine's speed now against these costs, apart for what every pass
+        costs (verify_s[1]: reading the weights) and what the tokens beyond the first add
+        (verify_s[n] - verify_s[1]): a verify of n is expected to cost pace_pass * verify_s[1] +
+        pace_token * (verify_s[n] - verify_s[1]) + the rest. Both 1 as calibrated and learned; a
+        controller's live copy follows them from every steady step (update). On this VM the two
+        drift apart: over six bench runs the plain step's mean was 7.95-11.67 ms while a verify of
+        4 (lookup) added 4.40-5.85 ms to it, so neither one scale for the whole step nor one for
+        the pass alone follows both, and a fast machine makes drafting relatively dearer.
     """
     verify_s: list[float] = field(default_factory=list)
     draft_s: list[float] = field(default_factory=list)
@@ -106,7 +107,8 @@ class CostModel:
     draft_steps: list[float] = field(default_factory=list)
     key: str = ""
     measured_at: float = 0.0
-    pace: float = 1.0
+    pace_pass: float = 1.0
+    pace_token: float = 1.0
 
     @property
     def plain_tokens_per_s(self) -> float:
@@ -126,15 +128,14 @@ class CostModel:
         DFlash (a drafter pass, and an injection call if `inject`) or not (plain, lookup); the
         graph rebuild counted where k+1 != last_n (None: not at all); after n_past cache cells
         (None: at calib_ctx). Costs are read as non-decreasing in size: a noisy low estimate for
-        a large batch must not make it look cheaper than a smaller one. The single-token part at the
-        pace."""
+        a large batch must not make it look cheaper than a smaller one. At the paces."""
         emitted = np.asarray(emitted, dtype=np.float64)
         ks = np.arange(len(emitted))
         verify = np.maximum.accumulate(np.asarray(self.verify_s[1:], dtype=np.float64))
         base = verify[np.minimum(ks, len(verify) - 1)]
         # a short context makes a pass cheaper, never less than half its calibrated cost
-        t = (np.maximum(base + self.context_s(ks + 1, n_past), 0.5 * base) + (self.pace - 1.0) * verify[0]
-             + self.inject_row_s * emitted)
+        t = (np.maximum(base + self.context_s(ks + 1, n_past), 0.5 * base) + (self.pace_pass - 1.0) * verify[0]
+             + (self.pace_token - 1.0) * (base - verify[0]) + self.inject_row_s * emitted)
         if last_n is not None:
             t += self.switch_s * (ks + 1 != last_n)
         if dflash and len(ks) > 1:
@@ -146,22 +147,34 @@ class CostModel:
         """The drafter pass with k drafts (read as non-decreasing in k)."""
         return max(self.draft_s[1:min(k, len(self.draft_s) - 1) + 1], default=0.0) + self.inject_call_s
 
+    def at_unit_pace(self, n: int, t_verify: float, n_past: int | None = None) -> float:
+        """A verify of n tokens that took t_verify after n_past cells, read back to calib_ctx cells and
+        to paces of 1: what it would have cost when these costs were measured (learn folds these,
+        so that the sizes' costs are learned in proportion whatever the machine's speed was)."""
+        one = self.verify_s[1]
+        more = max(self.verify_s[1:n + 1]) - one
+        return (t_verify - float(self.context_s(n, n_past)) - (self.pace_pass - 1.0) * one
+                - (self.pace_token - 1.0) * more)
+
     def update(self, n: int, t_verify: float, k_draft: int = 0, t_draft: float = 0.0,
                alpha: float = SIZE_ALPHA, n_past: int | None = None) -> None:
         """Refresh from one observed steady step after n_past cache cells (cheap: no extra decodes),
         its time without the drafter's work read back to calib_ctx cells and clipped to [0.5x, 2x]
         of the estimate (a stall caused by another program moves the estimates only a little): the
-        pace takes PACE_ALPHA of the difference, then verify_s[n] (n > 1: what n tokens add)
-        `alpha` of what is left; the drafter pass moves draft_s[k_draft]."""
+        paces take PACE_ALPHA of the difference, split by the share of each part in the step
+        (normalised least mean squares), then verify_s[n] (n > 1) `alpha` of what is left; the
+        drafter pass moves draft_s[k_draft]."""
         if 0 < n < len(self.verify_s) and t_verify > 0:
             one = self.verify_s[1]
+            more = max(self.verify_s[1:n + 1]) - one  # as step_times reads the curve
 
-            def left() -> float:  # the observation minus the estimate
-                expect = self.pace * one + self.verify_s[n] - one
-                seen = t_verify - float(self.context_s(n, n_past))
-                return min(max(seen, 0.5 * expect), 2.0 * expect) - expect
+            def left() -> float:  # the observation minus the estimate, at the paces
+                seen = self.at_unit_pace(n, t_verify, n_past)
+                return min(max(seen, 0.5 * (one + more)), 2.0 * (one + more)) - (one + more)
 
-            self.pace += PACE_ALPHA * left() / one
+            r = left() / (one * one + more * more)
+            self.pace_pass += PACE_ALPHA * r * one
+            self.pace_token += PACE_ALPHA * r * more
             if n > 1:
                 self.verify_s[n] += alpha * left()
         if 0 < k_draft < len(self.draft_s) and t_draft > 0:
@@ -172,7 +185,10 @@ class CostModel:
         return [v / self.verify_s[1] for v in self.verify_s[1:]]
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The costs (the cache's and a bench's record); the paces are a live copy's, never kept."""
+        d = asdict(self)
+        del d["pace_pass"], d["pace_token"]
+        return d
 
 
 def _file_id(p: Path) -> str:

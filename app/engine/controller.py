@@ -184,8 +184,8 @@ class DraftController:
         if not switched:  # a rebuild step's time is not the size's cost
             t = timing.step_s - timing.draft_s - timing.inject_s  # the step without the drafter's work
             k_draft = k if choice.source == DFLASH else 0
-            # learned as measured (read back to the calibration's context); refreshed at the pace
-            self.seen.add(k + 1, t - float(self.cost.context_s(k + 1, self._last_ctx)), k_draft, timing.draft_s)
+            # learned as the costs were measured (their context, their machine speed: the live paces')
+            self.seen.add(k + 1, self.cost.at_unit_pace(k + 1, t, self._last_ctx), k_draft, timing.draft_s)
             if self.refresh_costs:
                 self.cost.update(k + 1, t, k_draft, timing.draft_s, n_past=self._last_ctx)
 
