@@ -59,7 +59,7 @@ CALIBRATION_WEIGHT = 16
 # 40% between sessions and +-5-10% within minutes), a size's own estimate in ~100 of its steps
 PACE_ALPHA = 0.05
 SIZE_ALPHA = 0.01
-CALIBRATION_VERSION = "5"  # part of the cache key: a new cost model format is measured anew
+CALIBRATION_VERSION = "6"  # part of the cache key: a new cost model format (6: learned at paces of 1) is measured anew
 
 
 def _calibration_prompt(engine: Engine, shift: int, room: int, length: int = CALIBRATION_PROMPT_LEN) -> list[int]:
