@@ -128,30 +128,22 @@ def test_rates_follow_the_cost_model() -> None:
             assert t == pytest.approx(want, rel=1e-12) and rate == pytest.approx(e / want, rel=1e-12)
 
 
-def test_a_long_lookup_match_beats_a_short_one() -> None:
-    """Acceptance is tracked per match length: a source right after 4-token matches and wrong after
-    1-token ones is drafted from only at the long matches."""
+@pytest.mark.parametrize("right, wrong", [
+    (LookupMatch(4, (1,) * 8), LookupMatch(1, (1,) * 8)),  # per match length
+    (LookupMatch(2, (1,) * 8, AGREED), LookupMatch(2, (1,) * 8, MIXED)),  # per agreement, same length
+])
+def test_lookup_acceptance_is_learned_apart_per_match(right: LookupMatch, wrong: LookupMatch) -> None:
+    """Acceptance is tracked per match length and agreement: drafts right after 4-token matches (or
+    n-grams always followed by the same token) and wrong after 1-token ones (or n-grams followed
+    by different tokens) are drafted only at the former."""
     p = DraftController(cpu_costs(), (LOOKUP,), refresh_costs=False)
-    long_m, short_m = StepInfo(LookupMatch(4, (1,) * 8), False), StepInfo(LookupMatch(1, (1,) * 8), False)
+    good, bad = StepInfo(right, False), StepInfo(wrong, False)
     for _ in range(100):
-        for step, right in ((long_m, True), (short_m, False)):
+        for step, passes in ((good, True), (bad, False)):
             c = p.choose(step)
-            p.observe(c, c.k if right else 0, StepTiming())
-    assert best(p, long_m).source == LOOKUP and best(p, long_m).k >= 4
-    assert best(p, short_m) == Choice(PLAIN, 0)
-
-
-def test_lookup_acceptance_is_learned_apart_by_agreement() -> None:
-    """At the same match length, drafts after n-grams always followed by the same token pass and
-    those after n-grams followed by different tokens fail: the lookup drafts only at the former."""
-    p = DraftController(cpu_costs(), (LOOKUP,), refresh_costs=False)
-    agreed, mixed = (StepInfo(LookupMatch(2, (1,) * 8, a), False) for a in (AGREED, MIXED))
-    for _ in range(100):
-        for step, right in ((agreed, True), (mixed, False)):
-            c = p.choose(step)
-            p.observe(c, c.k if right else 0, StepTiming())
-    assert best(p, agreed).source == LOOKUP and best(p, agreed).k >= 4
-    assert best(p, mixed) == Choice(PLAIN, 0)
+            p.observe(c, c.k if passes else 0, StepTiming())
+    assert best(p, good).source == LOOKUP and best(p, good).k >= 4
+    assert best(p, bad) == Choice(PLAIN, 0)
 
 
 def test_dflash_acceptance_is_learned_apart_where_the_lookup_has_nothing() -> None:

@@ -16,9 +16,9 @@ costs ~5 ms more at 2k cells than at 200 on a 2-core CPU, a single token
 while running from the step timings the engine reports (the controller's live
 copy: two paces, of what every pass costs and of what each more token adds,
 which this VM's drift moves, and an exponential moving average per size), and
-learned: after a reply (or
-a bench) the steady steps the controller timed are folded into the cached
-model (learn), each size the mean over the steps seen.
+learned: after a reply (or a bench) the steady steps the controller timed,
+read back to paces of 1, are folded into the cached model (learn), each size
+the mean over the steps seen.
 """
 
 from __future__ import annotations
@@ -410,7 +410,8 @@ def _save(cm: CostModel) -> None:
 class LoopTimes:
     """The steady steps the decode loop timed (a controller collects them as it observes): per
     verify size n the sum and count of the times without the drafter's work, read back to
-    calib_ctx cells; per draft length k the drafter pass's."""
+    calib_ctx cells and to paces of 1 (CostModel.at_unit_pace); per draft length k the drafter
+    pass's."""
 
     def __init__(self) -> None:
         self.verify: dict[int, list[float]] = {}  # n: [steps, seconds]
