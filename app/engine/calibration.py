@@ -151,10 +151,15 @@ class CostModel:
         """A verify of n tokens that took t_verify after n_past cells, read back to calib_ctx cells and
         to paces of 1: what it would have cost when these costs were measured (learn folds these,
         so that the sizes' costs are learned in proportion whatever the machine's speed was)."""
-        one = self.verify_s[1]
-        more = max(self.verify_s[1:n + 1]) - one
+        one, more = self._parts(n)
         return (t_verify - float(self.context_s(n, n_past)) - (self.pace_pass - 1.0) * one
                 - (self.pace_token - 1.0) * more)
+
+    def _parts(self, n: int) -> tuple[float, float]:
+        """A verify of n at paces of 1: what every pass costs, and what the tokens beyond the first
+        add (the curve read as non-decreasing, as step_times reads it)."""
+        one = self.verify_s[1]
+        return one, max(self.verify_s[1:n + 1]) - one
 
     def update(self, n: int, t_verify: float, k_draft: int = 0, t_draft: float = 0.0,
                alpha: float = SIZE_ALPHA, n_past: int | None = None) -> None:
@@ -165,18 +170,14 @@ class CostModel:
         (normalised least mean squares), then verify_s[n] (n > 1) `alpha` of what is left; the
         drafter pass moves draft_s[k_draft]."""
         if 0 < n < len(self.verify_s) and t_verify > 0:
-            one = self.verify_s[1]
-            more = max(self.verify_s[1:n + 1]) - one  # as step_times reads the curve
-
-            def left() -> float:  # the observation minus the estimate, at the paces
-                seen = self.at_unit_pace(n, t_verify, n_past)
-                return min(max(seen, 0.5 * (one + more)), 2.0 * (one + more)) - (one + more)
-
-            r = left() / (one * one + more * more)
-            self.pace_pass += PACE_ALPHA * r * one
-            self.pace_token += PACE_ALPHA * r * more
-            if n > 1:
-                self.verify_s[n] += alpha * left()
+            one, more = self._parts(n)
+            seen = self.at_unit_pace(n, t_verify, n_past)
+            left = min(max(seen, 0.5 * (one + more)), 2.0 * (one + more)) - (one + more)
+            r = PACE_ALPHA * left / (one * one + more * more)
+            self.pace_pass += r * one
+            self.pace_token += r * more
+            if n > 1:  # the paces took PACE_ALPHA of the difference
+                self.verify_s[n] += alpha * (1.0 - PACE_ALPHA) * left
         if 0 < k_draft < len(self.draft_s) and t_draft > 0:
             cur = self.draft_s[k_draft]
             self.draft_s[k_draft] += alpha * (min(max(t_draft, 0.5 * cur), 2.0 * cur) - cur)
