@@ -288,6 +288,20 @@ def test_engine_calls_truncate_with_drafter_confidence(tiny_pair: tuple[Path, Pa
     e.close()
 
 
+def test_drafts_that_end_the_reply_learn_their_acceptance_apart() -> None:
+    """A one-token mixed match that fails stops being drafted; the same match ending the reply at its
+    stop string (where replies keep ending) goes on drafting the whole marker."""
+    cost = CostModel(verify_s=[0.0] + [0.010 * (1 + 0.08 * n) for n in range(16)], draft_s=[0.0] * 16)
+    policy = DraftController(cost, (LOOKUP,), refresh_costs=False)
+    mixed = StepInfo(LookupMatch(1, (1, 2, 3), MIXED), has_drafter=False)
+    ending = StepInfo(LookupMatch(1, (1, 2, 3), MIXED, ends_reply=True), has_drafter=False)
+    for _ in range(20):
+        replay(policy, lambda c: 0, 1, mixed)
+        replay(policy, lambda c: c.k, 1, ending)
+    assert best(policy, mixed).k == 0
+    assert best(policy, ending) == Choice(LOOKUP, 3)
+
+
 def test_a_replys_first_step_learns_its_lookup_apart() -> None:
     """A lookup at a reply's first step proposes how an earlier turn began (the anchor is the turn
     marker): when those fail, the controller stops drafting there, and keeps drafting lookups

@@ -71,6 +71,24 @@ def test_says_whether_the_earlier_occurrences_agree() -> None:
     assert lk.find(3) == LookupMatch(4, (7, 2, 1), ONCE)
 
 
+def test_a_draft_into_a_stop_string_ends_the_reply_with_its_own_marker() -> None:
+    """Token ids: 8 "\n", 9 "User", 10 "Assistant", 11 ":". The question ended "4 8 10 11" (the next turn
+    the assistant's); a reply that reaches "4" again gets "8 9 11" (the user's turn next), and nothing
+    after it; without stop strings, the plain copy."""
+    user, assistant = [8, 9, 11], [8, 10, 11]
+    history = [8, 9, 11, 3, 4] + assistant + [5, 4]  # ...question "3 4", the marker, the reply "5 4"
+    lk = ContextLookup()
+    lk.set_history(history)
+    assert lk.find(5) == LookupMatch(1, (8, 10, 11, 5, 4), ONCE)
+    lk.reply_ends = [user, assistant]
+    assert lk.find(5) == LookupMatch(1, (8, 9, 11), ONCE, ends_reply=True)
+    assert lk.find(2) == LookupMatch(1, (8, 9), ONCE, ends_reply=True)  # at most k
+    lk.append([8])  # a stop begun before the anchor: the draft finishes the reply's marker
+    assert lk.find(5) == LookupMatch(2, (9, 11), ONCE, ends_reply=True)  # "4 8" -> the marker
+    lk.set_history([1, 2, 3, 7, 1, 2])  # no stop string in the draft: unchanged
+    assert lk.find(3) == LookupMatch(2, (3, 7, 1), ONCE)
+
+
 def test_engine_keeps_the_lookup_at_the_emitted_tokens(tiny_pair: tuple[Path, Path]) -> None:
     """Across steps whose lookup drafts were partly rejected, the index holds prompt + output, and a
     second turn after the first carries it over."""

@@ -123,6 +123,7 @@ def render_plain(messages: list[ChatMessage], add_generation_prompt: bool = True
     return "".join(parts)
 
 
+# the first is how an answer ends (the next turn is the user's): the context lookup drafts it there
 PLAIN_STOP = ["\nUser:", "\nAssistant:"]
 
 

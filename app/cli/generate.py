@@ -51,7 +51,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
         if args.chat:
             fmt = prompt_format_of(engine.target)
             text = fmt.render([ChatMessage("user", text)])
-            params.stop += fmt.stop
+            # the format's stops first: the first is how a reply ends
+            params.stop = fmt.stop + [s for s in params.stop if s not in fmt.stop]
         prompt = engine.tokenize(text)
         policy = policy_for_mode(engine, "plain" if args.no_spec else args.draft_mode, args.draft_max)
         echo = None if args.json else (lambda t: print(t, end="", flush=True))

@@ -190,7 +190,7 @@ def answer_question(engine: Engine, retriever: Retriever, question: str, collect
     if ap.text is None:
         return Answer(question, NO_SOURCES, [], ap.retrieval, finish_reason="no_sources")
     tokens = engine.tokenize(ap.text)
-    stop = list(params.stop) + [s for s in ap.stop if s not in params.stop]
+    stop = list(ap.stop) + [s for s in params.stop if s not in ap.stop]  # the format's first: how a reply ends
     gen = GenerationParams(**{**asdict(params), "stop": stop})
     done = engine.complete(tokens, gen, cancel=cancel, policy=policy, on_text=on_text)
     answer = done.text.strip()

@@ -58,6 +58,9 @@ LOOKUP_MIXED_PRIOR = 0.3
 # "<start_of_turn>model"), whose earlier occurrence is followed by an earlier answer (or a
 # format's example): a guess, whatever the match length
 LOOKUP_FIRST_PRIOR = 0.25
+# a draft that ends the reply at its stop string (app.engine.lookup): its first token passed 60% of
+# the time over the chat and document replies of docs/bench/hybrid-attn-cpu.json, whatever the match
+REPLY_END_PRIOR = 0.6
 DFLASH_PRIOR = 0.7
 
 
@@ -83,6 +86,8 @@ class DraftController:
                         for n in range(DEFAULT_MAX_N + 1)] for a in AGREEMENTS]
         # a reply's first step learned apart: a lookup there proposes how an earlier turn began
         self.lookup_first = AcceptanceModel(self.lookup_k_max, LOOKUP_FIRST_PRIOR, prior_weight, decay)
+        # and drafts that end the reply: how often a reply ends where an earlier turn did
+        self.lookup_end = AcceptanceModel(self.lookup_k_max, REPLY_END_PRIOR, prior_weight, decay)
         self._last_lookup = self.lookup[0][0]  # the lookup model of the step being verified
         self.probe_every = probe_every
         self.probe_max_gap = probe_max_gap
@@ -194,6 +199,8 @@ class DraftController:
             return self.lookup_first
         if step.lookup is None:
             return self.lookup[0][0]
+        if step.lookup.ends_reply:
+            return self.lookup_end
         return self.lookup[step.lookup.agreement][min(step.lookup.n, DEFAULT_MAX_N)]
 
     def _dflash_model(self, step: StepInfo) -> AcceptanceModel:

@@ -257,6 +257,8 @@ class Engine:
             self.reset()
             raise
         self.lookup.set_history(prompt)
+        self.lookup.reply_ends = [self.target.tokenize(s, add_special=False, parse_special=False)
+                                  for s in params.stop]
         st.t_prefill_s = time.perf_counter() - t_start
         sampler = None if params.greedy else TokenSampler(params)
         stream = TextStream(self.target.token_to_piece, params.stop)

@@ -17,7 +17,7 @@ class GenerationParams:
     top_p: float = 1.0  # 1: off
     min_p: float = 0.0  # 0: off
     seed: int = 0
-    stop: list[str] = field(default_factory=list)
+    stop: list[str] = field(default_factory=list)  # any one ends the reply; the first is how a reply usually ends
     speculative: bool = True  # False: plain decoding through the same loop
     draft_max: int | None = None  # None: the drafter's block size - 1 (or the controller's choice)
     adaptive: bool = False  # draft length "auto": the controller chooses source and length per step

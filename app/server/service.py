@@ -243,7 +243,8 @@ class Job:
         engine = model.engine
         if req.kind == CHAT:
             text = model.format.render(req.messages, cancel=self.cancel)  # a client that goes away stops it
-            stop = req.stop + [s for s in model.format.stop if s not in req.stop]
+            # the format's stops first: the first is how a reply ends (the lookup drafts it)
+            stop = model.format.stop + [s for s in req.stop if s not in model.format.stop]
         else:
             text, stop = req.prompt, list(req.stop)
         prompt = engine.tokenize(text)
