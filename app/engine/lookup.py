@@ -10,10 +10,12 @@ occurred before, and propose what followed the last occurrence. The draft's
 confidence is the match length n and that agreement: over the 230 prompts of
 docs/bench/hybrid-learned-cpu.json (the plain outputs replayed), a draft's first
 token passed 97% of the time after an n-gram always followed by the same token,
-79% after one seen once and 36% after one followed by different tokens
-(HumanEval; chat: 95/60/28%, documents: 68/56/30%). No model runs; the index
+80% after one seen once and 44% after one followed by different tokens
+(HumanEval; chat: 95/60/28%, documents: 86/50/34%). No model runs; the index
 grows by max_n dictionary writes per token, lazily, and a query costs at most
-max_n lookups (~20 us per token on this CPU, indexing included).
+max_n lookups (~20 us per token on this CPU, indexing included). A draft that
+runs into a stop string proposes the reply's own end marker there instead
+(`_end_reply`): what followed the user's turn is not how an answer ends.
 """
 
 from __future__ import annotations
