@@ -82,8 +82,8 @@ class ContextLookup:
             if entry is not None:
                 e, seen, agreed = entry
                 cont = toks[e + 1:min(e + 1 + k, a + 1)]
+                cont, ends = self._end_reply(cont, k) if cont else (cont, False)
                 if cont:
-                    cont, ends = self._end_reply(cont, k)
                     return LookupMatch(n, tuple(cont), ONCE if seen == 1 else AGREED if agreed else MIXED, ends)
         return None
 
