@@ -127,6 +127,12 @@ def render_plain(messages: list[ChatMessage], add_generation_prompt: bool = True
 PLAIN_STOP = ["\nUser:", "\nAssistant:"]
 
 
+def with_format_stops(format_stop: list[str], extra: list[str]) -> list[str]:
+    """A reply's stop strings: the format's first (its first is how a reply ends, which the context
+    lookup drafts), then the caller's own."""
+    return list(format_stop) + [s for s in extra if s not in format_stop]
+
+
 # a message's content while the template renders: private-use characters no tokenizer markup uses
 _SLOT = "\ue000{}\ue001"
 _SLOT_RE = re.compile("\ue000(\\d+)\ue001")

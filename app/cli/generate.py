@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from app.chat.format import ChatMessage, prompt_format_of
+from app.chat.format import ChatMessage, prompt_format_of, with_format_stops
 from app.cli.common import add_model_args, open_engine, read_prompt
 from app.engine.controller import DRAFT_MODES, policy_for_mode
 from app.engine.params import GenerationParams
@@ -51,8 +51,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         if args.chat:
             fmt = prompt_format_of(engine.target)
             text = fmt.render([ChatMessage("user", text)])
-            # the format's stops first: the first is how a reply ends
-            params.stop = fmt.stop + [s for s in params.stop if s not in fmt.stop]
+            params.stop = with_format_stops(fmt.stop, params.stop)
         prompt = engine.tokenize(text)
         policy = policy_for_mode(engine, "plain" if args.no_spec else args.draft_mode, args.draft_max)
         echo = None if args.json else (lambda t: print(t, end="", flush=True))

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
-from app.chat.format import ChatMessage, PromptFormat, prompt_format_of
+from app.chat.format import ChatMessage, PromptFormat, prompt_format_of, with_format_stops
 from app.documents.retrieve import Hit, RetrievalResult, Retriever
 from app.engine.params import GenerationParams
 
@@ -190,8 +190,7 @@ def answer_question(engine: Engine, retriever: Retriever, question: str, collect
     if ap.text is None:
         return Answer(question, NO_SOURCES, [], ap.retrieval, finish_reason="no_sources")
     tokens = engine.tokenize(ap.text)
-    stop = list(ap.stop) + [s for s in params.stop if s not in ap.stop]  # the format's first: how a reply ends
-    gen = GenerationParams(**{**asdict(params), "stop": stop})
+    gen = GenerationParams(**{**asdict(params), "stop": with_format_stops(ap.stop, params.stop)})
     done = engine.complete(tokens, gen, cancel=cancel, policy=policy, on_text=on_text)
     answer = done.text.strip()
     for s in ap.sources:

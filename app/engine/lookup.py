@@ -100,6 +100,8 @@ class ContextLookup:
         longest = max(len(s) for s in self.reply_ends)
         tail = self.tokens[len(self.tokens) - min(len(self.tokens), longest - 1):]  # a stop may begin here
         seq = tail + draft
+        if not {s[0] for s in self.reply_ends if s}.intersection(seq):  # the common case, every step
+            return draft, False
         for p in range(len(seq)):  # the earliest stop string that ends inside the draft, or that the
             for stop in self.reply_ends:  # draft's end begins (two tokens of it at least)
                 m = min(len(stop), len(seq) - p)

@@ -22,7 +22,7 @@ from pathlib import Path
 from queue import SimpleQueue
 from typing import Protocol
 
-from app.chat.format import ChatMessage, PromptFormat, TemplateRenderError, prompt_format_of
+from app.chat.format import ChatMessage, PromptFormat, TemplateRenderError, prompt_format_of, with_format_stops
 from app.engine.controller import DraftController
 from app.engine.dflash import Engine
 from app.engine.draft_policy import DraftPolicy
@@ -243,8 +243,7 @@ class Job:
         engine = model.engine
         if req.kind == CHAT:
             text = model.format.render(req.messages, cancel=self.cancel)  # a client that goes away stops it
-            # the format's stops first: the first is how a reply ends (the lookup drafts it)
-            stop = model.format.stop + [s for s in req.stop if s not in model.format.stop]
+            stop = with_format_stops(model.format.stop, req.stop)
         else:
             text, stop = req.prompt, list(req.stop)
         prompt = engine.tokenize(text)
