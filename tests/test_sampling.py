@@ -1,13 +1,16 @@
-"""Sampling: the filters on known logits, and sampled speculative decoding against plain sampling.
+"""Sampling: the filters and penalties on known logits, and sampled speculative decoding against
+plain sampling.
 
 The statistical test forces drafts (the greedy continuation) so that tokens are sampled at
-drafted positions after accepted drafts, several positions deep, and compares the tokens there
+drafted positions after accepted drafts, up to DEPTH drafts deep, and compares the tokens there
 with plain sampling under independent seeds (chi-square test of homogeneity). The same test
-applied to a deliberately biased verifier (it accepts any draft the filters allow) must fail:
-that shows it can."""
+applied to a deliberately biased verifier (it accepts any draft the filters allow), and to a
+verify whose penalties ignore the drafts accepted before a position, must fail: that shows it can.
+Greedy decoding with penalties is checked token by token (the lossless check) the same way."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 import numpy as np
@@ -16,6 +19,7 @@ from scipy.stats import chi2_contingency
 
 from app.engine.dflash import Engine
 from app.engine.draft_policy import DFLASH, Choice, FixedDraftLength
+from app.engine.lossless import check_lossless
 from app.engine.params import GenerationParams
 from app.engine.sampling import TokenSampler
 
@@ -87,7 +91,7 @@ def test_a_seed_reproduces_the_draws_and_the_draws_follow_the_distribution() -> 
 
 PROMPT = "Monday, Tuesday, Wednesday,"  # the next tokens are likely but not certain: drafts pass often
 N = 150  # generations per side
-DEPTH = 4  # tokens drafted in the one step that produces them all (when every draft passes)
+DEPTH = 4  # drafts in the first step: positions 2..DEPTH+1 are sampled after 1..DEPTH accepted drafts
 
 
 _VERIFY = Engine._verify
@@ -95,7 +99,7 @@ _VERIFY = Engine._verify
 
 def _accept_any_allowed_draft(self: Engine, anchor, drafts, n_past, sampler, st):  # noqa: ANN001, ANN202
     """A broken verifier: a draft the filters allow is accepted without sampling (no rejection)."""
-    if sampler is None:  # greedy runs as before
+    if sampler.params.greedy:  # greedy runs as before
         return _VERIFY(self, anchor, drafts, n_past, sampler, st)
     self._tbatch.set([anchor] + drafts, n_past, True)
     self.ctx.decode(self._tbatch)
@@ -106,28 +110,40 @@ def _accept_any_allowed_draft(self: Engine, anchor, drafts, n_past, sampler, st)
         emitted.append(t)
         if i == len(drafts) or t != drafts[i]:
             break
-    return emitted, len(emitted) - 1
+    return emitted, len(emitted) - 1, None
+
+
+_PICK = TokenSampler.pick
+
+
+def _penalties_blind_to_drafts(self: TokenSampler, logits, ahead=()):  # noqa: ANN001, ANN202
+    """A broken verify: each row's penalties count the tokens emitted before the step, not the drafts
+    accepted before it in the step (plain decoding, which has no drafts, is unchanged)."""
+    return _PICK(self, logits, ())
 
 
 def _tokens_at_depth(e: Engine, filters: dict, speculative: bool) -> tuple[list[Counter], int]:
-    """The tokens sampled at positions 1..DEPTH over N seeds (speculative: with the greedy
-    continuation forced as the drafts), and how many drafts were accepted in all."""
+    """The tokens sampled at positions 1..DEPTH+1 over N seeds (speculative: with the greedy
+    continuation forced as the drafts, DEPTH of them in the first step), and how many drafts
+    were accepted in all."""
     prompt = e.tokenize(PROMPT)
-    greedy = e.complete(prompt, GenerationParams(max_tokens=DEPTH + 2, speculative=False)).tokens
+    greedy = e.complete(prompt, GenerationParams(max_tokens=DEPTH + 2, speculative=False, **filters)).tokens
 
     def forced(hist: list[int], choice: Choice) -> list[int]:
         done = len(hist) - len(prompt)
         return (greedy[done:done + choice.k] + [greedy[0]] * choice.k)[:choice.k]
 
-    counts = [Counter() for _ in range(DEPTH)]
+    counts = [Counter() for _ in range(DEPTH + 1)]
     accepted = 0
     for i in range(N):
         seed = i if not speculative else 10_000 + i  # independent draws on the two sides
-        params = GenerationParams(**{"max_tokens": DEPTH, "temperature": 1.0, "top_k": 0, "seed": seed, **filters})
+        # max_tokens DEPTH + 1 leaves room for DEPTH drafts in the first step (and its own token)
+        params = GenerationParams(**{"max_tokens": DEPTH + 1, "temperature": 1.0, "top_k": 0, "seed": seed,
+                                     **filters})
         done = e.complete(prompt, params, policy=FixedDraftLength(DEPTH if speculative else 0, DFLASH),
                           draft_override=forced if speculative else None)
         accepted += done.stats.accepted
-        for j, t in enumerate(done.tokens[:DEPTH]):
+        for j, t in enumerate(done.tokens[:DEPTH + 1]):
             counts[j][t] += 1
     return counts, accepted
 
@@ -141,16 +157,17 @@ def _homogeneity_p(a: Counter, b: Counter) -> float:
     return 1.0 if table.shape[1] < 2 else float(chi2_contingency(table)[1])
 
 
-FILTERS = [{"top_k": 8}, {"top_p": 0.8}, {"min_p": 0.1}]
+PENALTIES = {"top_k": 8, "frequency_penalty": 1.5, "presence_penalty": 0.5, "repeat_penalty": 1.3}
+FILTERS = [{"top_k": 8}, {"top_p": 0.8}, {"min_p": 0.1}, PENALTIES]
 
 
 @pytest.mark.gemma
-@pytest.mark.parametrize("filters", FILTERS, ids=lambda f: next(iter(f)))
+@pytest.mark.parametrize("filters", FILTERS, ids=lambda f: "penalties" if f is PENALTIES else next(iter(f)))
 def test_sampled_speculation_keeps_the_target_distribution(gemma_engine: Engine, filters: dict) -> None:
     plain, _ = _tokens_at_depth(gemma_engine, filters, speculative=False)
     spec, accepted = _tokens_at_depth(gemma_engine, filters, speculative=True)
-    assert accepted >= N  # drafts passed: positions 2..4 were often sampled after accepted drafts
-    for j in range(1, DEPTH):
+    assert accepted >= N  # drafts passed: positions 2..DEPTH+1 were often sampled after accepted drafts
+    for j in range(1, DEPTH + 1):
         p = _homogeneity_p(plain[j], spec[j])
         assert p > 1e-3, (filters, j + 1, p, plain[j].most_common(6), spec[j].most_common(6))
 
@@ -161,4 +178,131 @@ def test_the_distribution_test_catches_a_biased_verifier(gemma_engine: Engine,
     plain, _ = _tokens_at_depth(gemma_engine, FILTERS[0], speculative=False)
     monkeypatch.setattr(Engine, "_verify", _accept_any_allowed_draft)
     biased, _ = _tokens_at_depth(gemma_engine, FILTERS[0], speculative=True)
-    assert min(_homogeneity_p(plain[j], biased[j]) for j in range(1, DEPTH)) < 1e-6
+    assert min(_homogeneity_p(plain[j], biased[j]) for j in range(1, DEPTH + 1)) < 1e-6
+
+
+@pytest.mark.gemma
+def test_the_distribution_test_catches_penalties_blind_to_the_drafts(gemma_engine: Engine,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    plain, _ = _tokens_at_depth(gemma_engine, PENALTIES, speculative=False)
+    monkeypatch.setattr(TokenSampler, "pick", _penalties_blind_to_drafts)
+    blind, _ = _tokens_at_depth(gemma_engine, PENALTIES, speculative=True)
+    assert min(_homogeneity_p(plain[j], blind[j]) for j in range(1, DEPTH + 1)) < 1e-6
+
+
+# --- penalties, greedy: the lossless check ---------------------------------------------------
+
+COUNTING = "1, 2, 3, 4, 5, 6, 7, 8,"  # repeats itself: the penalties change the reply within a few tokens
+GREEDY_PENALTIES = {"frequency_penalty": 0.5, "presence_penalty": 0.3, "repeat_penalty": 1.2}
+
+
+def _greedy_with_penalties(e: Engine, blind: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[list[int], list[int],
+                                                                                                   list[int]]:
+    """(prompt, plain output, speculative output with the plain output forced as 4-token drafts)."""
+    prompt = e.tokenize(COUNTING)
+    params = GenerationParams(max_tokens=40, speculative=False, **GREEDY_PENALTIES)
+    plain = e.complete(prompt, params).tokens
+    if blind:
+        monkeypatch.setattr(TokenSampler, "pick", _penalties_blind_to_drafts)
+
+    def forced(hist: list[int], choice: Choice) -> list[int]:
+        done = len(hist) - len(prompt)
+        return (plain[done:done + choice.k] + [0] * choice.k)[:choice.k]
+
+    spec = e.complete(prompt, GenerationParams(max_tokens=40, **GREEDY_PENALTIES),
+                      policy=FixedDraftLength(4, DFLASH), draft_override=forced)
+    if not blind:
+        assert spec.stats.accepted > 20  # most tokens came from accepted drafts
+    return prompt, plain, spec.tokens
+
+
+@pytest.mark.gemma
+def test_greedy_penalties_are_lossless_in_speculative_decoding(gemma_engine: Engine,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    prompt, plain, spec = _greedy_with_penalties(gemma_engine, False, monkeypatch)
+    unpenalized = gemma_engine.complete(prompt, GenerationParams(max_tokens=40, speculative=False)).tokens
+    assert plain != unpenalized  # the penalties changed the reply
+    assert spec == plain
+    params = GenerationParams(**GREEDY_PENALTIES)
+    rep = check_lossless(gemma_engine, prompt, spec, params=params)
+    assert rep.lossless and rep.n_checked == 40, rep.hard_mismatches
+    assert not check_lossless(gemma_engine, prompt, spec).lossless  # the check sees the penalties
+
+
+@pytest.mark.gemma
+def test_the_lossless_check_catches_penalties_blind_to_the_drafts(gemma_engine: Engine,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    prompt, plain, spec = _greedy_with_penalties(gemma_engine, True, monkeypatch)
+    assert spec != plain
+    assert not check_lossless(gemma_engine, prompt, spec, params=GenerationParams(**GREEDY_PENALTIES)).lossless
+
+
+# --- logprobs and grammars through the one loop -----------------------------------------------
+
+
+def _run(e: Engine, prompt: list[int], params: GenerationParams, drafts: list[int] | None) -> tuple[list[int], list,
+                                                                                                   object]:
+    """(tokens, logprobs, stats) of one generation: plain, or with `drafts` forced 4 at a time."""
+    def forced(hist: list[int], choice: Choice) -> list[int]:
+        done = len(hist) - len(prompt)
+        return (drafts[done:done + choice.k] + [drafts[0]] * choice.k)[:choice.k]
+
+    params.speculative = drafts is not None
+    events = list(e.generate(prompt, params, policy=FixedDraftLength(4 if drafts is not None else 0, DFLASH),
+                             draft_override=forced if drafts is not None else None))
+    return [t for ev in events for t in ev.tokens], [lp for ev in events for lp in ev.logprobs or []], events[-1].stats
+
+
+@pytest.mark.gemma
+def test_logprobs_are_the_targets_own_plain_or_speculative(gemma_engine: Engine) -> None:
+    e = gemma_engine
+    prompt = e.tokenize(COUNTING)
+    plain_tokens, plain, _ = _run(e, prompt, GenerationParams(max_tokens=24, logprobs=3), None)
+    spec_tokens, spec, st = _run(e, prompt, GenerationParams(max_tokens=24, logprobs=3), plain_tokens)
+    assert st.accepted > 12  # most positions were read off a batched verify
+    assert plain_tokens == spec_tokens and len(plain) == len(spec) == 24
+    for a, b, t in zip(plain, spec, plain_tokens):
+        assert a.token == b.token == t and a.logprob == pytest.approx(b.logprob, abs=1e-3)
+        assert [i for i, _ in a.top] == [i for i, _ in b.top] and len(a.top) == 3
+        assert a.top[0][0] == t and a.top[0][1] == pytest.approx(a.logprob)  # greedy: the most likely
+    # they are the log-softmax of the target's row there: one token at a time gives the same
+    for i in range(3):
+        _, one, _ = _run(e, prompt + plain_tokens[:i], GenerationParams(max_tokens=1, logprobs=0), None)
+        assert one[0].logprob == pytest.approx(plain[i].logprob, abs=1e-3) and one[0].top == []
+
+
+JSON_GBNF = 'root ::= "{" ws "\\"n\\":" ws [0-9] [0-9]? ws "}"\nws ::= " "?'
+
+
+@pytest.mark.gemma
+def test_drafts_that_break_the_grammar_are_not_verified(gemma_engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    e = gemma_engine
+    prompt = e.tokenize("A JSON object with one number:")
+    want, _, _ = _run(e, prompt, GenerationParams(max_tokens=12, grammar=JSON_GBNF), None)
+    text = e.detokenize(want)
+    assert re.fullmatch(r'\{ ?"n": ?[0-9]{1,2} ?\}', text), text
+    good, _, st = _run(e, prompt, GenerationParams(max_tokens=12, grammar=JSON_GBNF), want)
+    assert good == want and st.accepted > 0  # drafts the grammar allows are verified as usual
+    junk = e.tokenize("Hello there, friend", add_special=False)  # no JSON here
+    got, _, st = _run(e, prompt, GenerationParams(max_tokens=12, grammar=JSON_GBNF), junk)
+    assert got == want and st.drafted == 0  # refused before the verify: not even counted
+    monkeypatch.setattr(TokenSampler, "admissible", lambda self, drafts: drafts)  # broken: no check
+    got, _, st = _run(e, prompt, GenerationParams(max_tokens=12, grammar=JSON_GBNF), junk)
+    assert got == want and st.drafted > 0
+
+
+def test_penalties_on_known_logits() -> None:
+    logits = np.array([2.0, -1.0, 0.5, 0.0, 1.0], dtype=np.float32)
+    p = GenerationParams(repeat_penalty=2.0, frequency_penalty=0.25, presence_penalty=0.5, repeat_last_n=3)
+    s = TokenSampler(p, history=[4, 0, 0, 1])  # the window keeps the last 3: 0, 0, 1
+    want = np.array([2.0 / 2 - 2 * 0.25 - 0.5, -1.0 * 2 - 0.25 - 0.5, 0.5, 0.0, 1.0])
+    assert s.adjusted(logits) == pytest.approx(want)
+    # `ahead` counts as emitted: token 2 seen once more, and the window slides past the first 0
+    want_ahead = want.copy()
+    want_ahead[0] = 2.0 / 2 - 0.25 - 0.5
+    want_ahead[2] = 0.5 / 2 - 0.25 - 0.5
+    assert s.adjusted(logits, [2]) == pytest.approx(want_ahead)
+    s.accept([2])
+    assert s.adjusted(logits) == pytest.approx(want_ahead)
+    assert TokenSampler(GenerationParams(logit_bias={3: 5.0})).adjusted(logits)[3] == 5.0
+    assert TokenSampler(GenerationParams(frequency_penalty=1.0, repeat_last_n=0), [0]).adjusted(logits)[0] == 2.0

@@ -25,8 +25,10 @@ from app.cli import main
 from app.engine.controller import policy_for_mode
 from app.engine.dflash import Engine, EngineConfig
 from app.engine.lossless import check_lossless
+from app.engine.params import GenerationParams
+from app.server.app import resolve_model
 from app.server.config import ServerConfig, is_loopback
-from app.server.errors import ServerConfigError
+from app.server.errors import ApiError, ServerConfigError
 from app.server.runner import BackgroundServer
 from app.server.service import SERVED_MODE, ServedModel, ThreadExecutor, model_id_of
 from app.session.models import load_engine, resolve_spec
@@ -102,7 +104,6 @@ def long_stream(client: openai.OpenAI, model: str):  # noqa: ANN201 - an openai 
 def check_timings(t: dict, completion_tokens: int) -> None:
     """timings agree with themselves and with usage (they are the engine's stats)."""
     assert t["predicted_n"] == completion_tokens
-    assert t["draft_mode"] == SERVED_MODE
     assert t["draft_n"] == sum(t["drafted_by_source"].values())
     assert t["draft_n_accepted"] == sum(t["accepted_by_source"].values()) <= t["draft_n"]
     assert t["steps"] == t["predicted_n"] - t["draft_n_accepted"]  # each step: its accepted drafts + 1
@@ -277,11 +278,31 @@ def test_bad_requests_get_a_4xx_with_an_error_body(served: Served) -> None:
         (json.dumps({"model": m}), 400, "missing_field"),
         (json.dumps([1, 2]), 400, None),
         (json.dumps({"model": m, "messages": msg, "max_tokens": N_CTX}), 400, "context_length_exceeded"),
-        (json.dumps({"model": "gpt-4o", "messages": msg}), 404, "model_not_found"),
         (b"x" * (2 << 20), 413, "body_too_large"),
+        # values a client may send that this server cannot honour: a 400 naming the field
+        (json.dumps({"model": m, "messages": msg, "modalities": ["text", "audio"]}), 400, "modalities"),
+        (json.dumps({"model": m, "messages": msg, "audio": {"voice": "alloy", "format": "wav"}}), 400, "modalities"),
+        (json.dumps({"model": m, "messages": msg, "typical_p": 0.5}), 400, "typical_p"),
+        (json.dumps({"model": m, "messages": msg, "web_search_options": {}}), 400, "web_search_options"),
+        (json.dumps({"model": m, "messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": "http://x/y.png"}}]}]}), 400, "messages"),
+        (json.dumps({"model": m, "messages": msg, "presence_penalty": 2.5}), 400, "presence_penalty"),
+        (json.dumps({"model": m, "messages": msg, "logit_bias": {"x": 1}}), 400, "logit_bias"),
+        (json.dumps({"model": m, "messages": msg, "logit_bias": {"999999999": 1}}), 400, "logit_bias"),
+        (json.dumps({"model": m, "messages": msg, "top_logprobs": 21}), 400, "top_logprobs"),
+        (json.dumps({"model": m, "messages": msg, "grammar": "root ::= nothing"}), 400, "grammar"),
+        (json.dumps({"model": m, "messages": msg, "grammar": "root ::= " + "(" * 200 + '"a"' + ")" * 200}), 400,
+         "grammar"),
+        (json.dumps({"model": m, "messages": msg, "response_format": {"type": "json_schema", "json_schema": {
+            "name": "x", "schema": {"$ref": "https://example.com/schema.json"}}}}), 400, "response_format"),
+        (json.dumps({"model": m, "messages": msg, "response_format": {"type": "yaml"}}), 400, "response_format"),
+        (json.dumps({"model": m, "messages": msg, "response_format": {"type": "json_object"},
+                     "grammar": 'root ::= "a"'}), 400, "response_format"),
+        (json.dumps({"model": m, "prompt": "x", "echo": True}), 400, "echo"),
     ]
     for body, status, what in cases:
-        got, _, raw = served.raw("POST", "/v1/chat/completions", body if isinstance(body, bytes) else body.encode())
+        path = "/v1/completions" if isinstance(body, str) and '"prompt"' in body else "/v1/chat/completions"
+        got, _, raw = served.raw("POST", path, body if isinstance(body, bytes) else body.encode())
         err = json.loads(raw)["error"]
         assert got == status, (body[:80], raw)
         assert err["message"] and b"Traceback" not in raw
@@ -294,9 +315,6 @@ def test_bad_requests_get_a_4xx_with_an_error_body(served: Served) -> None:
         assert got == status and json.loads(raw)["error"]["message"]
     got, _, raw = served.raw("GET", "/health", headers={"Host": "evil.example:8080"})  # DNS rebinding
     assert got == 400 and json.loads(raw)["error"]["code"] == "bad_host"
-    with pytest.raises(openai.NotFoundError) as e:
-        served.client().chat.completions.create(model="gpt-4o", messages=msg)
-    assert e.value.body["code"] == "model_not_found"
     assert served.service.pending == 0
 
 
@@ -363,3 +381,172 @@ def test_serve_bench_on_a_tiny_run(capsys: pytest.CaptureFixture) -> None:
     assert s["noise_band"] == s["direct-again"]["vs_direct_p10_p90"]
     assert "stream_overhead_ms_per_chunk" in s and s["stream_chunks"] > 0
     assert s["same_text"]  # greedy: every arm wrote the same reply
+
+
+# --- what ordinary clients send (issue 32) ---------------------------------------------------
+
+
+def test_every_openai_field_at_its_default_is_accepted_and_changes_nothing(served: Served) -> None:
+    client = served.client()
+    plain = ask(client, served.model, max_tokens=12)
+    full = client.chat.completions.create(
+        model=served.model, messages=[{"role": "user", "content": QUESTION}], temperature=0, max_completion_tokens=12,
+        frequency_penalty=0, presence_penalty=0, logit_bias={}, logprobs=False, top_logprobs=0, n=1, seed=7,
+        response_format={"type": "text"}, tools=[], tool_choice="none", parallel_tool_calls=True, stop=None,
+        store=False, metadata={"app": "test"}, service_tier="auto", user="u1", modalities=["text"], top_p=1,
+        prediction={"type": "content", "content": "Paris"}, reasoning_effort="low", verbosity="medium",
+        safety_identifier="s1", prompt_cache_key="k1", prompt_cache_retention="in_memory",
+        prompt_cache_options={"ttl": "5m"},
+        extra_body={"repeat_penalty": 1.0, "repeat_last_n": 64, "top_k": 40, "min_p": 0.0, "typical_p": 1.0,
+                    "n_probs": 0, "cache_prompt": True, "grammar": None})
+    assert full.choices[0].message.content == plain.choices[0].message.content
+    assert full.choices[0].logprobs is None
+    done = client.completions.create(model=served.model, prompt="def add(a, b):", max_tokens=8, temperature=0,
+                                     best_of=1, echo=False, frequency_penalty=0, presence_penalty=0, logit_bias={},
+                                     n=1, suffix=None, user="u1", seed=3, top_p=1, stop=None,
+                                     extra_body={"repeat_penalty": 1.0, "top_k": 40, "min_p": 0.0})
+    again = client.completions.create(model=served.model, prompt="def add(a, b):", max_tokens=8, temperature=0)
+    assert done.choices[0].text == again.choices[0].text and done.usage.completion_tokens == 8
+
+
+def test_any_model_name_is_served_by_the_one_model(served: Served) -> None:
+    client = served.client()
+    reply = client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}],
+                                           max_tokens=2, temperature=0)
+    assert reply.model == served.model  # the reply names the model that wrote it
+    chunks = list(client.completions.create(model="llama3:8b", prompt="a", max_tokens=2, stream=True))
+    assert {c.model for c in chunks} == {served.model}
+    assert client.models.retrieve("gpt-4o").id == served.model
+    # where a name picks among several models, an unknown one is still a 404
+    assert resolve_model("b", ["a", "b"]) == "b" and resolve_model("x", ["a"]) == "a"
+    with pytest.raises(ApiError) as e:
+        resolve_model("gpt-4o", ["a", "b"])
+    assert e.value.status == 404 and e.value.code == "model_not_found"
+
+
+def test_hostile_bodies_get_a_4xx_never_a_500_or_a_reset(served: Served) -> None:
+    deep = b'{"model": "m", "messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    got, _, raw = served.raw("POST", "/v1/chat/completions", deep)
+    assert got == 400 and json.loads(raw)["error"]["code"] == "too_deep"
+    nested_schema: dict = {"type": "object"}
+    for _ in range(70):
+        nested_schema = {"type": "object", "properties": {"a": nested_schema}}
+    fmt = {"type": "json_schema", "json_schema": {"name": "n", "schema": nested_schema}}
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}], "response_format": fmt})
+    got, _, raw = served.raw("POST", "/v1/chat/completions", body.encode())
+    assert got == 400 and json.loads(raw)["error"]["code"] == "too_deep"
+    big = b'{"model": "m", "prompt": "' + b"a" * (50 << 20) + b'"}'  # 50 MB: read through, then refused
+    got, _, raw = served.raw("POST", "/v1/completions", big)
+    assert got == 413 and json.loads(raw)["error"]["code"] == "body_too_large"
+    with pytest.raises(openai.APIStatusError) as e:  # the same through a real client
+        served.client().completions.create(model="m", prompt="a" * (50 << 20), max_tokens=1)
+    assert e.value.status_code == 413
+    assert ask(served.client(), served.model, max_tokens=2).usage.completion_tokens == 2
+
+
+def test_tools_are_refused_clearly_for_a_model_without_them(served: Served) -> None:
+    tool = {"type": "function", "function": {"name": "weather", "parameters": {"type": "object", "properties": {}}}}
+    with pytest.raises(openai.BadRequestError) as e:
+        ask(served.client(), served.model, max_tokens=4, tools=[tool], tool_choice="auto")
+    assert e.value.body["param"] == "tools" and "chat template" in e.value.body["message"]
+
+
+PENALTIES = {"frequency_penalty": 1.0, "presence_penalty": 0.5}
+
+
+def test_penalties_are_applied_and_speculation_keeps_them_lossless(served: Served, checker: Engine) -> None:
+    client = served.client()
+    messages = [{"role": "user", "content": "Count from 1 to 30, separated by commas."}]
+    kw = {"max_tokens": 48, "extra_body": {"return_tokens": True, "repeat_penalty": 1.2}}
+    free = ask(client, served.model, messages, **kw).choices[0]
+    pen = ask(client, served.model, messages, **PENALTIES, **kw)
+    assert pen.choices[0].message.content != free.message.content  # applied
+    streamed = list(ask(client, served.model, messages, stream=True, **PENALTIES, **kw))
+    assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == pen.choices[0].message.content
+    prompt = chat_prompt(checker, [ChatMessage("user", messages[0]["content"])])
+    params = GenerationParams(repeat_penalty=1.2, **PENALTIES)
+    for tokens in (pen.choices[0].tokens, streamed[-1].choices[0].tokens):
+        rep = check_lossless(checker, prompt, tokens, params=params)
+        assert rep.lossless, rep.hard_mismatches
+    assert pen.timings["draft_n_accepted"] > 0  # and drafts were verified under them
+
+
+def test_logprobs_whole_and_streamed_agree_and_are_the_targets(served: Served, checker: Engine) -> None:
+    client = served.client()
+    whole = ask(client, served.model, max_tokens=16, logprobs=True, top_logprobs=3)
+    content = whole.choices[0].logprobs.content
+    assert len(content) >= 1 and all(len(x.top_logprobs) == 3 for x in content)
+    assert "".join(x.token for x in content).startswith(whole.choices[0].message.content)
+    assert all(x.top_logprobs[0].token == x.token for x in content)  # greedy: the most likely token
+    chunks = list(ask(client, served.model, max_tokens=16, logprobs=True, top_logprobs=3, stream=True))
+    streamed = [x for c in chunks if c.choices and c.choices[0].logprobs for x in c.choices[0].logprobs.content]
+    assert [x.token for x in streamed] == [x.token for x in content]
+    assert [x.logprob for x in streamed] == pytest.approx([x.logprob for x in content], abs=1e-3)
+    # the plain target alone (another engine: its prompt read in one batch, not from the server's
+    # cache of earlier turns, which rounds a little differently) gives the same tokens and numbers
+    prompt = chat_prompt(checker, [ChatMessage("user", QUESTION)])
+    events = list(checker.generate(prompt, GenerationParams(max_tokens=len(content), logprobs=3)))
+    plain = [lp for ev in events for lp in ev.logprobs][:len(content)]
+    assert [checker.target.token_to_piece(x.token).decode() for x in plain] == [x.token for x in content]
+    assert [x.logprob for x in plain] == pytest.approx([x.logprob for x in content], abs=0.1)
+
+    done = client.completions.create(model=served.model, prompt="def add(a, b):", max_tokens=8, temperature=0,
+                                     logprobs=2)
+    lp = done.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset) == 8
+    assert "".join(lp.tokens) == done.choices[0].text and lp.text_offset[0] == 0
+    parts = list(client.completions.create(model=served.model, prompt="def add(a, b):", max_tokens=8,
+                                           temperature=0, logprobs=2, stream=True))
+    got = [p.choices[0].logprobs for p in parts if p.choices and p.choices[0].logprobs]
+    assert [t for g in got for t in g.tokens] == lp.tokens
+    assert [o for g in got for o in g.text_offset] == lp.text_offset
+
+
+PERSON = {"type": "object", "additionalProperties": False, "required": ["name", "age", "city"],
+          "properties": {"name": {"type": "string", "maxLength": 20},
+                         "age": {"type": "integer", "minimum": 0, "maximum": 150},
+                         "city": {"enum": ["Paris", "Rome", "Berlin"]}}}
+FLAGS = {"type": "object", "required": ["ok", "tags"],
+         "properties": {"ok": {"type": "boolean"},
+                        "tags": {"type": "array", "items": {"type": "string", "maxLength": 10}, "maxItems": 3}}}
+
+
+def matches(value: object, schema: dict) -> bool:
+    """The part of JSON Schema these tests use."""
+    if "enum" in schema:
+        return value in schema["enum"]
+    kind = schema["type"]
+    if kind == "object":
+        props = schema.get("properties", {})
+        return (isinstance(value, dict) and all(k in value for k in schema.get("required", []))
+                and (schema.get("additionalProperties", True) or set(value) <= set(props))
+                and all(matches(v, props[k]) for k, v in value.items() if k in props))
+    if kind == "array":
+        return (isinstance(value, list) and len(value) <= schema.get("maxItems", len(value))
+                and all(matches(v, schema["items"]) for v in value))
+    if kind == "string":
+        return isinstance(value, str) and len(value) <= schema.get("maxLength", len(value))
+    if kind == "integer":
+        return (isinstance(value, int) and not isinstance(value, bool)
+                and schema.get("minimum", value) <= value <= schema.get("maximum", value))
+    return kind == "boolean" and isinstance(value, bool)
+
+
+def test_json_schema_replies_always_parse_and_match(served: Served) -> None:
+    client = served.client()
+    asks = [("Describe a person who lives in Europe.", PERSON), ("Is the sky blue? Add a few tags.", FLAGS)]
+    for question, schema in asks:
+        fmt = {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema, "strict": True}}
+        messages = [{"role": "user", "content": question}]
+        whole = ask(client, served.model, messages, max_tokens=200, response_format=fmt)
+        text = whole.choices[0].message.content
+        assert matches(json.loads(text), schema), text
+        chunks = list(ask(client, served.model, messages, max_tokens=200, response_format=fmt, stream=True))
+        assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == text
+        for seed in range(3):  # sampled replies follow it too
+            sampled = client.chat.completions.create(model=served.model, messages=messages, max_tokens=200,
+                                                     temperature=1.0, seed=seed, response_format=fmt)
+            assert matches(json.loads(sampled.choices[0].message.content), schema), sampled.choices[0].message
+    obj = ask(client, served.model, [{"role": "user", "content": "Give a JSON object with a key 'a' set to 1."}],
+              max_tokens=200, response_format={"type": "json_object"})
+    assert isinstance(json.loads(obj.choices[0].message.content), dict)

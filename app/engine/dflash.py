@@ -40,10 +40,19 @@ from app.engine.draft_policy import (
     StepTiming,
 )
 from app.engine.events import FINISH_CANCELLED, FINISH_LENGTH, FINISH_STOP, Completion, GenerationEvent
-from app.engine.llama_objects import ContextConfig, EmbeddingBatch, LlamaContext, LlamaModel, ModelPlacement, TokenBatch
+from app.engine.grammar import check_grammar
+from app.engine.llama_objects import (
+    ContextConfig,
+    EmbeddingBatch,
+    LlamaContext,
+    LlamaGrammar,
+    LlamaModel,
+    ModelPlacement,
+    TokenBatch,
+)
 from app.engine.lookup import ContextLookup, LookupMatch
-from app.engine.params import GenerationParams
-from app.engine.sampling import TokenSampler
+from app.engine.params import GenerationParams, InvalidParams
+from app.engine.sampling import TokenLogprob, TokenSampler, token_logprob
 from app.engine.stats import GenerationStats
 from app.engine.text_stream import TextStream
 from app.errors import ContextOverflow, ModelLoadError
@@ -209,17 +218,27 @@ class Engine:
         if not prompt:
             raise ValueError("the prompt is empty")
         self.check_room(len(prompt), params.max_tokens)
+        if params.logit_bias and max(params.logit_bias) >= self.target.n_vocab:
+            raise InvalidParams(f"logit_bias: token id {max(params.logit_bias)} is not in the vocabulary "
+                                f"(0..{self.target.n_vocab - 1})", "logit_bias")
+        # parsed now, so that a bad grammar is the caller's error before anything is decoded
+        if params.grammar:
+            check_grammar(params.grammar)
+        grammar = LlamaGrammar(self.target, params.grammar) if params.grammar else None
         if policy is None:
             # upstream's loop: the drafter's block (or draft_max) every step; plain without a drafter
             k_max = self.block_size - 1 if params.draft_max is None else params.draft_max
             policy = FixedDraftLength(min(k_max, self.block_size - 1) if self.has_drafter else 0)
-        return self._run(prompt, params, cancel, policy, draft_override, params.speculative)
+        return self._run(prompt, params, cancel, policy, draft_override, params.speculative, grammar)
 
-    def reference_scores(self, prompt: list[int], continuation: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    def reference_scores(self, prompt: list[int], continuation: list[int],
+                         params: GenerationParams | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Teacher-forced plain decoding: the prompt is prefilled as plain
         decoding does, then the target decodes one token at a time through
         `continuation`. For each position i: the single-token argmax, and how
-        far continuation[i]'s logit lies below the argmax's (0 when equal)."""
+        far continuation[i]'s logit lies below the argmax's (0 when equal);
+        with `params`, of the logits its bias and penalties adjust (as the sampler does)."""
+        adjust = TokenSampler(params, prompt) if params is not None else None
         self.reset()
         argmax = np.empty(len(continuation), dtype=np.int64)
         deficit = np.empty(len(continuation), dtype=np.float32)
@@ -233,6 +252,8 @@ class Engine:
                 self._tbatch.set([tok], len(prompt) - 1 + i, True)
                 self.ctx.decode(self._tbatch)
                 row = self.ctx.logits_row(0)
+                if adjust is not None:
+                    row = adjust.adjusted(row, continuation[:i])
                 best = int(np.argmax(row))
                 argmax[i] = best
                 deficit[i] = float(row[best] - row[continuation[i]])
@@ -243,7 +264,7 @@ class Engine:
     # --- the loop -------------------------------------------------------------
     def _run(self, prompt: list[int], params: GenerationParams, cancel: threading.Event | None,
              policy: DraftPolicy, draft_override: DraftOverride | None,
-             speculative: bool) -> Iterator[GenerationEvent]:
+             speculative: bool, grammar: LlamaGrammar | None) -> Iterator[GenerationEvent]:
         st = GenerationStats(block_size=max(self.block_size, 2) if self.has_drafter else 16,
                              n_prompt=len(prompt))
         t_start = time.perf_counter()
@@ -255,12 +276,14 @@ class Engine:
                 self._flush()
         except BaseException:
             self.reset()
+            if grammar is not None:
+                grammar.close()
             raise
         self.lookup.set_history(prompt)
         self.lookup.reply_ends = [self.target.tokenize(s, add_special=False, parse_special=False)
                                   for s in params.stop]
         st.t_prefill_s = time.perf_counter() - t_start
-        sampler = None if params.greedy else TokenSampler(params)
+        sampler = TokenSampler(params, prompt, grammar)
         stream = TextStream(self.target.token_to_piece, params.stop)
         n_past = len(prompt) - 1
         anchor = prompt[-1]
@@ -278,9 +301,10 @@ class Engine:
                 before = (st.t_draft_s, st.t_verify_s, st.t_inject_s)
                 choice, match = (self._choose(policy, room, n_past, st) if speculative and room > 0
                                  else (PLAIN_STEP, None))
-                drafts = self._drafts(choice, match, anchor, n_past, policy, draft_override, st)
+                drafts = sampler.admissible(self._drafts(choice, match, anchor, n_past, policy, draft_override, st))
                 choice = Choice(choice.source, len(drafts)) if drafts else PLAIN_STEP
-                emitted, n_acc = self._verify(anchor, drafts, n_past, sampler, st)
+                emitted, n_acc, logprobs = self._verify(anchor, drafts, n_past, sampler, st)
+                sampler.accept(emitted)
                 self._sync(anchor, emitted, n_past, st)
                 t_lk = time.perf_counter()
                 self.lookup.append(emitted)
@@ -306,12 +330,15 @@ class Engine:
                 if finish is not None:
                     text += stream.finish()
                 yield GenerationEvent(text, emitted[:n_reply], [True] * a_reply + [False], st, finish,
-                                      choice.source)
+                                      choice.source, logprobs[:n_reply] if logprobs is not None else None)
         except BaseException:
             # an error or an abandoned generator leaves caches we cannot vouch for
             if finish is None:
                 self.reset()
             raise
+        finally:
+            if grammar is not None:
+                grammar.close()
 
     def _push_text(self, stream: TextStream, emitted: list[int]) -> tuple[str, int]:
         """The step's text and how many of its tokens belong to the reply: pushed one at a time, so
@@ -483,32 +510,33 @@ class Engine:
         # its ids were checked against the target's vocabulary by the pair check (gguf_tools.validate)
         return read_d2t(self.drafter.info)
 
-    def _verify(self, anchor: int, drafts: list[int], n_past: int, sampler: TokenSampler | None,
-                st: GenerationStats) -> tuple[list[int], int]:
+    def _verify(self, anchor: int, drafts: list[int], n_past: int, sampler: TokenSampler,
+                st: GenerationStats) -> tuple[list[int], int, list[TokenLogprob] | None]:
+        """The emitted tokens: row i's pick (as if drafts[:i] were emitted: the sampler's `ahead`)
+        while it equals draft i; the accepted count; each emitted token's logprobs, if asked."""
         t0 = time.perf_counter()
         k = len(drafts)
         self._tbatch.set([anchor] + drafts, n_past, True)
         self.ctx.decode(self._tbatch)
         t_llama = time.perf_counter() - t0
-        emitted: list[int] = []
-        if sampler is None:
+        toks = None
+        if sampler.plain_greedy:
             t1 = time.perf_counter()
             toks, _ = self.ctx.argmax_rows(list(range(k + 1)))
             t_llama += time.perf_counter() - t1
-            for i in range(k + 1):
-                t = int(toks[i])
-                emitted.append(t)
-                if i == k or t != drafts[i] or self.target.is_eog(t):
-                    break
-        else:
-            for i in range(k + 1):
-                t = sampler.sample(self.ctx.logits_row(i))
-                emitted.append(t)
-                if i == k or t != drafts[i] or self.target.is_eog(t):
-                    break
+        n_top = sampler.params.logprobs
+        logprobs: list[TokenLogprob] | None = None if n_top is None else []
+        emitted: list[int] = []
+        for i in range(k + 1):
+            t = int(toks[i]) if toks is not None else sampler.pick(self.ctx.logits_row(i), drafts[:i])
+            emitted.append(t)
+            if logprobs is not None:  # the target's own row: the same numbers plain or speculative
+                logprobs.append(token_logprob(self.ctx.logits_row(i), t, n_top))
+            if i == k or t != drafts[i] or self.target.is_eog(t):
+                break
         st.t_verify_s += time.perf_counter() - t0
         st.t_llama_s += t_llama
-        return emitted, len(emitted) - 1
+        return emitted, len(emitted) - 1, logprobs
 
     def _sync(self, anchor: int, emitted: list[int], n_past: int, st: GenerationStats) -> None:
         """Keep the drafter's features and both caches at the verified prefix (reading the taps

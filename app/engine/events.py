@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from app.engine.stats import GenerationStats
+
+if TYPE_CHECKING:
+    from app.engine.sampling import TokenLogprob
 
 FINISH_STOP = "stop"  # end-of-generation token or a stop string
 FINISH_LENGTH = "length"  # max tokens reached
@@ -19,6 +23,7 @@ class GenerationEvent:
     stats: GenerationStats  # running stats of this generation (same object each event)
     finish_reason: str | None = None  # set on the last event
     source: str = "plain"  # where this step's drafts came from (app.engine.draft_policy)
+    logprobs: list[TokenLogprob] | None = None  # per token, when GenerationParams.logprobs asks
 
     @property
     def done(self) -> bool:

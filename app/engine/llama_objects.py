@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from app.engine.params import InvalidParams
 from app.errors import GenerationError, ModelLoadError
 from gguf_tools.errors import excerpt
 from gguf_tools.reader import read_gguf
@@ -195,6 +196,57 @@ class LlamaModel:
     def close(self) -> None:
         if getattr(self, "ptr", None):
             lc.llama_model_free(self.ptr)
+            self.ptr = None
+
+    def __del__(self) -> None:
+        self.close()
+
+
+# llama_token_data as numpy lays it out: (id int32, logit float, p float)
+_TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])
+
+
+class LlamaGrammar:
+    """llama.cpp's grammar sampler over a model's vocabulary: which tokens the GBNF grammar allows
+    next, advanced token by token. Accept only tokens it allows: llama.cpp aborts on any other."""
+
+    def __init__(self, model: LlamaModel, gbnf: str, root: str = "root", _ptr: object = None):
+        self.model = model
+        self.ptr = _ptr if _ptr is not None else lc.llama_sampler_init_grammar(model.vocab, gbnf.encode(),
+                                                                                root.encode())
+        if not self.ptr:
+            raise InvalidParams("grammar: llama.cpp could not parse it (see the server's log)", "grammar")
+        self._one = np.zeros(1, _TOKEN_DATA)
+        self._all: np.ndarray | None = None  # the whole vocabulary, made on the first mask()
+
+    def _apply(self, data: np.ndarray) -> None:
+        arr = lc.llama_token_data_array(data.ctypes.data_as(lc.llama_token_data_p), len(data), -1, False)
+        lc.llama_sampler_apply(self.ptr, ctypes.byref(arr))
+
+    def allows(self, token: int) -> bool:
+        self._one[0] = (token, 0.0, 0.0)
+        self._apply(self._one)
+        return bool(np.isfinite(self._one["logit"][0]))
+
+    def mask(self, logits: np.ndarray) -> None:
+        """Set the logits of every token the grammar refuses here to -inf (in place; one row)."""
+        if self._all is None:
+            self._all = np.zeros(self.model.n_vocab, _TOKEN_DATA)
+            self._all["id"] = np.arange(self.model.n_vocab, dtype=np.int32)
+        self._all["logit"] = logits
+        self._apply(self._all)
+        logits[:] = self._all["logit"]
+
+    def accept(self, token: int) -> None:
+        lc.llama_sampler_accept(self.ptr, token)
+
+    def fork(self) -> LlamaGrammar:
+        """An independent copy in the same state (for looking ahead through drafts)."""
+        return LlamaGrammar(self.model, "", _ptr=lc.llama_sampler_clone(self.ptr))
+
+    def close(self) -> None:
+        if getattr(self, "ptr", None):
+            lc.llama_sampler_free(self.ptr)
             self.ptr = None
 
     def __del__(self) -> None:

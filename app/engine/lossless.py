@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from app.engine.dflash import Engine
+from app.engine.params import GenerationParams
 
 # Batched-vs-single rounding on Gemma 3 270M Q4_K_M moves logits by far less
 # than this; a wrong token is typically several logits below the argmax.
@@ -35,12 +36,12 @@ class LosslessReport:
 
 
 def check_lossless(engine: Engine, prompt: list[int], output: list[int],
-                   margin: float = NEAR_TIE_MARGIN) -> LosslessReport:
-    """Check a greedy output token by token against single-token decoding.
-    Leaves the engine's caches empty."""
+                   margin: float = NEAR_TIE_MARGIN, params: GenerationParams | None = None) -> LosslessReport:
+    """Check a greedy output token by token against single-token decoding (with `params`: of the
+    logits its bias and penalties adjust, as the sampler does). Leaves the engine's caches empty."""
     if not output:
         return LosslessReport(0, 0)
-    argmax, deficit = engine.reference_scores(prompt, output)
+    argmax, deficit = engine.reference_scores(prompt, output, params)
     rep = LosslessReport(len(output), 0)
     for i, (tok, best, d) in enumerate(zip(output, argmax.tolist(), deficit.tolist())):
         if tok == best:

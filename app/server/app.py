@@ -35,6 +35,7 @@ from app.server.service import Failed, Finished, GenerationService, Job, Piece, 
 
 log = logging.getLogger("flashdesk.server")
 
+DRAIN_MAX_BYTES = 64 << 20  # an oversize body is read through up to this, so its client gets the 413
 DISCONNECT_POLL_S = 0.25  # how often a request waiting for its turn (or a whole reply) checks its client
 OWNER = "flashdesk"
 
@@ -78,8 +79,7 @@ def create_app(service: GenerationService, config: ServerConfig) -> FastAPI:
 
     @v1.get("/models/{model}")
     async def model(model: str) -> JSONResponse:
-        _check_model(service, model)
-        return JSONResponse(_model_object(model))
+        return JSONResponse(_model_object(_served_name(service, model)))
 
     @v1.post("/chat/completions")
     async def chat_completions(request: Request) -> Response:
@@ -96,7 +96,7 @@ def create_app(service: GenerationService, config: ServerConfig) -> FastAPI:
 async def _generate(request: Request, service: GenerationService, config: ServerConfig,
                     schema: type[ChatRequest] | type[CompletionRequest]) -> Response:
     req = parse_body(await _read_body(request, config.max_body_bytes), schema, config.max_tokens)
-    _check_model(service, req.model)
+    req.model = _served_name(service, req.model)  # the reply names the model that wrote it
     inbox: asyncio.Queue = asyncio.Queue()
     loop = asyncio.get_running_loop()
     job = service.submit(req, lambda item: loop.call_soon_threadsafe(inbox.put_nowait, item))
@@ -109,7 +109,7 @@ async def _generate(request: Request, service: GenerationService, config: Server
         if isinstance(first, Failed):
             raise first.error
         assert isinstance(first, Started)
-        reply = Reply(req.kind, req.model, first.prompt_tokens, req.return_tokens)
+        reply = Reply(req.kind, req.model, first.prompt_tokens, req.return_tokens, req.logprobs is not None)
         if req.stream:
             streaming = True
             return JobStream(job, _events(reply, inbox, req.include_usage))
@@ -155,7 +155,7 @@ async def _events(reply: Reply, inbox: asyncio.Queue, include_usage: bool):  # n
     while True:
         item = await inbox.get()
         if isinstance(item, Piece):
-            yield _sse(reply.text_chunk(item.text))
+            yield _sse(reply.text_chunk(item.text, item.logprobs))
         elif isinstance(item, Finished):
             yield _sse(reply.last_chunk(item))
             if include_usage:
@@ -176,25 +176,40 @@ async def _read_body(request: Request, limit: int) -> bytes:
     if ctype != "application/json":
         raise ApiError(415, "send the request body as JSON with Content-Type: application/json",
                        code="unsupported_media_type")
-    too_big = ApiError(413, f"the request body is larger than {limit} bytes", code="body_too_large")
-    length = request.headers.get("content-length", "")
-    if length.isdigit() and int(length) > limit:
-        raise too_big
+    # an oversize body is still read (and dropped), up to DRAIN_MAX_BYTES: a client that is still
+    # sending when the 413 goes out and the connection closes would see a reset, not the 413
     body = bytearray()
+    seen = 0
+    length = request.headers.get("content-length", "")
+    over = length.isdigit() and int(length) > limit
     async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise too_big
+        seen += len(chunk)
+        over = over or seen > limit
+        if not over:
+            body += chunk
+        elif seen > DRAIN_MAX_BYTES:
+            break
+    if over:
+        raise ApiError(413, f"the request body is larger than {limit} bytes", code="body_too_large")
     return bytes(body)
 
 
-def _check_model(service: GenerationService, model: str) -> None:
+def _served_name(service: GenerationService, model: str) -> str:
     served = service.model_id()
     if served is None:
         raise unavailable("no model is loaded")
-    if model != served:
-        raise ApiError(404, f"the model {model!r} does not exist; this server serves {served!r}",
-                       code="model_not_found", param="model")
+    return resolve_model(model, [served])
+
+
+def resolve_model(requested: str, served: list[str]) -> str:
+    """The served model a request's name picks: any name, when one model is served (as llama.cpp's
+    server does: a client configured for another server sends its own); the named one among several."""
+    if len(served) == 1:
+        return served[0]
+    if requested in served:
+        return requested
+    raise ApiError(404, f"the model {requested!r} does not exist; this server serves {', '.join(served)}",
+                   code="model_not_found", param="model")
 
 
 def _model_object(name: str) -> dict:

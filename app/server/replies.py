@@ -11,7 +11,7 @@ import time
 import uuid
 
 from app.engine.events import FINISH_CANCELLED, FINISH_LENGTH
-from app.server.service import CHAT, SERVED_MODE, Finished
+from app.server.service import CHAT, SERVED_MODE, Finished, Logprob
 
 # the stats fields timings carries as they are
 STATS_KEYS = ("steps", "tau", "tau_by_source", "token_share", "drafted_by_source", "accepted_by_source")
@@ -58,11 +58,13 @@ def usage(prompt_tokens: int, done: Finished) -> dict:
 class Reply:
     """The objects of one response: the whole one, or its stream's chunks (same id and time)."""
 
-    def __init__(self, kind: str, model: str, prompt_tokens: int, return_tokens: bool):
+    def __init__(self, kind: str, model: str, prompt_tokens: int, return_tokens: bool, logprobs: bool = False):
         self.kind = kind
         self.model = model
         self.prompt_tokens = prompt_tokens
         self.return_tokens = return_tokens
+        self.logprobs = logprobs
+        self._offset = 0  # a completion's text_offset so far (its stream's chunks continue it)
         self.id = new_id(kind)
         self.created = int(time.time())
 
@@ -74,10 +76,11 @@ class Reply:
         return {"usage": usage(self.prompt_tokens, done), "timings": timings(done.stats)}
 
     def whole(self, done: Finished) -> dict:
+        lp = self._logprobs(done.logprobs)
         if self.kind == CHAT:
-            choice = {"index": 0, "message": {"role": "assistant", "content": done.text}, "logprobs": None}
+            choice = {"index": 0, "message": {"role": "assistant", "content": done.text}, "logprobs": lp}
         else:
-            choice = {"index": 0, "text": done.text, "logprobs": None}
+            choice = {"index": 0, "text": done.text, "logprobs": lp}
         choice["finish_reason"] = finish_reason(done.finish_reason)
         if self.return_tokens:
             choice["tokens"] = done.tokens
@@ -89,8 +92,10 @@ class Reply:
             return None
         return self._chunk({"role": "assistant", "content": ""}, None)
 
-    def text_chunk(self, text: str) -> dict:
-        return self._chunk({"content": text} if self.kind == CHAT else text, None)
+    def text_chunk(self, text: str, logprobs: list[Logprob] | None = None) -> dict:
+        out = self._chunk({"content": text} if self.kind == CHAT else text, None)
+        out["choices"][0]["logprobs"] = self._logprobs(logprobs)
+        return out
 
     def last_chunk(self, done: Finished) -> dict:
         """The finish reason, usage and timings (and the tokens, if asked)."""
@@ -102,6 +107,22 @@ class Reply:
     def usage_chunk(self, done: Finished) -> dict:
         """stream_options.include_usage: OpenAI's extra chunk with no choices."""
         return {**self._head(True), "choices": [], **self._tail(done)}
+
+    def _logprobs(self, found: list[Logprob] | None) -> dict | None:
+        """OpenAI's logprobs object of these tokens: chat's `content` list, or a completion's lists."""
+        if not self.logprobs:
+            return None
+        found = found or []
+        if self.kind == CHAT:
+            return {"content": [{"token": x.token, "logprob": x.logprob, "bytes": x.bytes,
+                                 "top_logprobs": [{"token": t, "logprob": v, "bytes": b} for t, b, v in x.top]}
+                                for x in found], "refusal": None}
+        offsets = []
+        for x in found:
+            offsets.append(self._offset)
+            self._offset += len(x.token)
+        return {"tokens": [x.token for x in found], "token_logprobs": [x.logprob for x in found],
+                "top_logprobs": [{t: v for t, _, v in x.top} for x in found], "text_offset": offsets}
 
     def _chunk(self, delta: dict | str, reason: str | None) -> dict:
         if self.kind == CHAT:

@@ -27,7 +27,8 @@ from app.engine.controller import DraftController
 from app.engine.dflash import Engine
 from app.engine.draft_policy import DraftPolicy
 from app.engine.events import FINISH_CANCELLED
-from app.engine.params import GenerationParams
+from app.engine.params import GenerationParams, InvalidParams
+from app.engine.sampling import TokenLogprob
 from app.engine.stats import GenerationStats
 from app.errors import ContextOverflow, FlashDeskError
 from app.server.errors import ApiError, bad_request, server_error, unavailable
@@ -54,6 +55,13 @@ class GenerationRequest:
     top_p: float = 1.0
     top_k: int = 40
     min_p: float = 0.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repeat_penalty: float = 1.0
+    repeat_last_n: int = 64
+    logit_bias: dict[int, float] = field(default_factory=dict)
+    grammar: str | None = None  # GBNF (response_format, json_schema and grammar all become one)
+    logprobs: int | None = None  # None: none; n: each token's logprob and n alternatives
     seed: int | None = None
     stop: list[str] = field(default_factory=list)
     stream: bool = False
@@ -103,8 +111,18 @@ class Started:
 
 
 @dataclass
+class Logprob:
+    """One reply token's log-probability, as clients see it: its text and bytes, and the top ones."""
+    token: str
+    bytes: list[int]
+    logprob: float
+    top: list[tuple[str, list[int], float]]
+
+
+@dataclass
 class Piece:
     text: str
+    logprobs: list[Logprob] | None = None  # of this step's tokens, when asked
 
 
 @dataclass
@@ -113,6 +131,7 @@ class Finished:
     text: str
     tokens: list[int]
     stats: dict  # GenerationStats.to_dict()
+    logprobs: list[Logprob] | None = None  # of every reply token, when asked
 
 
 @dataclass
@@ -186,6 +205,8 @@ class Job:
             self._generate(served())
         except ApiError as e:
             self._fail(e)
+        except InvalidParams as e:  # e.g. a logit_bias id past the vocabulary, a grammar llama.cpp refused
+            self._fail(bad_request(str(e), e.param))
         except ContextOverflow as e:
             self._fail(bad_request(str(e), "max_tokens", "context_length_exceeded"))
         except TemplateRenderError as e:  # the model's chat template refused the conversation
@@ -252,25 +273,33 @@ class Job:
             max_tokens = max(1, min(self._service.max_tokens, engine.n_ctx - len(prompt)))
         seed = secrets.randbits(32) if req.seed is None else req.seed % (1 << 64)
         params = GenerationParams(max_tokens=max_tokens, temperature=req.temperature, top_k=req.top_k,
-                                  top_p=req.top_p, min_p=req.min_p, seed=seed, stop=stop)
+                                  top_p=req.top_p, min_p=req.min_p, seed=seed, stop=stop,
+                                  presence_penalty=req.presence_penalty, frequency_penalty=req.frequency_penalty,
+                                  repeat_penalty=req.repeat_penalty, repeat_last_n=req.repeat_last_n,
+                                  logit_bias=dict(req.logit_bias), grammar=req.grammar, logprobs=req.logprobs)
         events = engine.generate(prompt, params, cancel=self.cancel, policy=model.policy)  # checks the context
         self.record.prompt_tokens = len(prompt)
         self.send(Started(len(prompt)))
         tokens: list[int] = []
         parts: list[str] = []
+        logprobs: list[Logprob] | None = None if req.logprobs is None else []
         ev = None
         try:
             for ev in events:
                 tokens += ev.tokens
-                if ev.text:
+                step = None if ev.logprobs is None else _logprobs(engine, ev.tokens, ev.logprobs)
+                if step:
+                    logprobs += step
+                if ev.text or step:
                     parts.append(ev.text)
-                    self.send(Piece(ev.text))
+                    self.send(Piece(ev.text, step))
         finally:
             _forget_history(model.policy)
         assert ev is not None  # generate yields at least the final event
-        self._finish(ev.stats, ev.finish_reason or FINISH_CANCELLED, "".join(parts), tokens)
+        self._finish(ev.stats, ev.finish_reason or FINISH_CANCELLED, "".join(parts), tokens, logprobs)
 
-    def _finish(self, st: GenerationStats, reason: str, text: str, tokens: list[int]) -> None:
+    def _finish(self, st: GenerationStats, reason: str, text: str, tokens: list[int],
+                logprobs: list[Logprob] | None = None) -> None:
         r = self.record
         r.cached_tokens = st.n_prompt_reused
         r.completion_tokens = st.n_generated
@@ -278,7 +307,22 @@ class Job:
         r.tau = st.tau
         r.finish_reason = reason
         self._service.end(self)
-        self.send(Finished(reason, text, tokens, st.to_dict()))
+        self.send(Finished(reason, text, tokens, st.to_dict(), logprobs))
+
+
+def _logprobs(engine: Engine, tokens: list[int], found: list[TokenLogprob]) -> list[Logprob]:
+    """A step's logprobs as text (an end-of-generation token shows none, so it has none)."""
+    def piece(t: int) -> tuple[str, list[int]]:
+        b = engine.target.token_to_piece(t)
+        return b.decode("utf-8", "replace"), list(b)
+
+    out = []
+    for t, lp in zip(tokens, found):
+        if engine.target.is_eog(t):
+            continue
+        text, raw = piece(t)
+        out.append(Logprob(text, raw, lp.logprob, [(*piece(i), v) for i, v in lp.top]))
+    return out
 
 
 def _forget_history(policy: DraftPolicy) -> None:
