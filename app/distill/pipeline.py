@@ -2,8 +2,10 @@
 
 The whole pipeline, resumable at every stage (re-run the same command after
 an interruption): build the prompt corpus, let the target write responses
-(data/), pack the chosen tap layers (packed-*/), train (ckpt-*/), export the
-GGUF. Defaults scale with the target: drafter layers 1 (< 1B parameters),
+(data/), label offline text with the target (text/, `--stage label`), pack
+the chosen tap layers of the chosen sources (packed-*/), train (ckpt-*/),
+export the GGUF. `--chunk-minutes` makes generate and label runs that end on
+time and resume where they stopped. Defaults scale with the target: drafter layers 1 (< 1B parameters),
 2 (< 4B) or 5, five tap layers spread DFlash-style and ending at the
 deepest layer input.
 """
@@ -24,6 +26,8 @@ from app.distill.corpus import build_corpus
 from app.distill.dataset import DistillData, pack
 from app.distill.export import export_gguf
 from app.distill.generate import GenConfig, generate_dataset
+from app.distill.offline_text import offline_documents
+from app.distill.teacher_forced import LabelConfig, label_text
 from app.distill.train import TrainConfig, build_drafter, train
 from gguf_tools.reader import read_gguf
 
@@ -58,7 +62,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gamma", type=float, default=7.0)
     ap.add_argument("--kl-weight", type=float, default=0.5)
     ap.add_argument("--max-steps", type=int, default=None)
-    ap.add_argument("--stage", default="all", choices=["all", "generate", "train", "export"])
+    ap.add_argument("--stage", default="all", choices=["all", "generate", "label", "train", "export"],
+                    help="generate: the target's replies (data/); label: the target's labels over offline text "
+                         "(text/); all: generate, then train and export")
+    ap.add_argument("--chunk-minutes", type=float, default=None,
+                    help="generate/label: stop after this many minutes (re-run to resume)")
+    ap.add_argument("--sources", default="generated",
+                    help="what training reads: generated, text, or generated,text (the folders present)")
     ap.add_argument("--dtype", default="f16", choices=["f16", "f32"])
     args = ap.parse_args(argv)
 
@@ -74,21 +84,35 @@ def main(argv: list[str] | None = None) -> int:
         f"drafter: {n_layers} layers, taps {taps}; work folder {work}")
 
     data_dir = work / "data"
+    text_dir = work / "text"
+    chunk_s = args.chunk_minutes * 60 if args.chunk_minutes else None
     if args.stage in ("all", "generate"):
         n_code = int(args.prompts * 0.75)
         corpus = build_corpus(n_code=n_code, n_chat=args.prompts - n_code)
         say(f"corpus: {len(corpus)} prompts (HumanEval excluded)")
         res = generate_dataset(target, corpus, data_dir, GenConfig(
-            tap_layers=gen_taps, n_parallel=args.parallel, max_new_tokens=args.max_new_tokens), progress=say)
+            tap_layers=gen_taps, n_parallel=args.parallel, max_new_tokens=args.max_new_tokens), progress=say,
+            stop_after_s=chunk_s)
         say(f"generation: {json.dumps(res)}")
         if args.stage == "generate":
             return 0
+    if args.stage == "label":
+        docs = offline_documents()
+        say(f"offline text: {len(docs)} documents (Python sources, Debian documentation, man pages)")
+        res = label_text(target, docs, text_dir, LabelConfig(tap_layers=gen_taps), progress=say,
+                         stop_after_s=chunk_s)
+        say(f"labelling: {json.dumps(res)}")
+        return 0
 
-    tag = "-".join(map(str, taps))
+    sources = {"generated": data_dir, "text": text_dir}
+    wanted = [x.strip() for x in args.sources.split(",")]
+    if unknown := [x for x in wanted if x not in sources]:
+        ap.error(f"--sources: unknown {unknown}; expected generated and/or text")
+    tag = "-".join(map(str, taps)) + ("" if wanted == ["generated"] else "-" + "+".join(wanted))
     packed = work / f"packed-{tag}"
     if not (packed / "index.npz").exists():
-        say(f"packing taps {taps}")
-        pack(data_dir, packed, taps)
+        say(f"packing taps {taps} of {', '.join(wanted)}")
+        pack([sources[x] for x in wanted], packed, taps)
     data = DistillData(packed)
     cfg = TrainConfig(n_layer=n_layers, draft_vocab=args.draft_vocab, epochs=args.epochs,
                       anchors_per_seq=args.anchors, lr=args.lr, gamma=args.gamma, kl_weight=args.kl_weight,

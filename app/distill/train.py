@@ -28,7 +28,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from app.distill.dataset import DistillData, Sequence
+from app.distill.dataset import TEXT_KINDS, DistillData, Sequence
 from app.distill.model import Drafter, DrafterConfig
 from app.distill.target_weights import TargetWeights
 from gguf_tools.reader import read_gguf
@@ -150,10 +150,15 @@ def make_batch(seq: Sequence, model: Drafter, n_anchor: int, block: int, rng: np
     toks[:, 0] = seq.tokens[anchors]
     pos = anchors[:, None] + np.arange(1, block)[None, :]  # positions the block predicts
     valid = pos <= L - 1
-    tgt = np.where(valid, seq.tokens[np.minimum(pos, L - 1)], 0)
+    resp_row = np.where(valid, pos - seq.n_prompt, -1)  # topk row predicting that position
+    if seq.kind in TEXT_KINDS:
+        # offline text: the label is what the target would write after that prefix (its argmax), not the
+        # text's own next token; a block past the first mismatch is still conditioned on the real text
+        tgt = np.where(valid, seq.topk_ids[np.maximum(resp_row, 0), 0], 0)
+    else:
+        tgt = np.where(valid, seq.tokens[np.minimum(pos, L - 1)], 0)
     labels = _t2d_cpu(model)[tgt.astype(np.int64)]
     labels = np.where(valid & (labels >= 0), labels, -100)
-    resp_row = np.where(valid, pos - seq.n_prompt, -1)  # topk row predicting that position
     return {"anchors": torch.from_numpy(anchors.astype(np.int64)), "tokens": torch.from_numpy(toks),
             "labels": torch.from_numpy(labels.astype(np.int64)), "resp_row": resp_row}
 

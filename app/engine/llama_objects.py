@@ -382,6 +382,14 @@ class LlamaContext:
             raise GenerationError(f"{self.model.path}: no logits for row {row}")
         return np.ctypeslib.as_array(p, shape=(self.model.n_vocab,))
 
+    def logits_rows(self, n_rows: int) -> np.ndarray:
+        """A (n_rows, n_vocab) view of the last decode's output rows in batch order (valid until the
+        next decode): every row at once, for batch jobs that read them all."""
+        p = lc.llama_get_logits(self.ptr)
+        if not p:
+            raise GenerationError(f"{self.model.path}: no logits")
+        return np.ctypeslib.as_array(p, shape=(n_rows, self.model.n_vocab))
+
     @property
     def pools_sequences(self) -> bool:
         """An embeddings context that pools each sequence into one vector (not per token, not rank)."""
@@ -403,6 +411,10 @@ class LlamaContext:
         if not self.ptr:
             return False
         return bool(lc.llama_memory_seq_rm(self.mem, seq, p0, p1))
+
+    def seq_cp(self, src: int, dst: int) -> None:
+        """Copy sequence src's cache into dst (with split KV streams: the whole stream, at the next decode)."""
+        lc.llama_memory_seq_cp(self.mem, src, dst, -1, -1)
 
     def pos_max(self) -> int:
         return lc.llama_memory_seq_pos_max(self.mem, 0)
