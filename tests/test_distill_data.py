@@ -12,7 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from app.distill.corpus import CorpusPrompt, HumanEvalGuard  # noqa: E402
+from app.distill.corpus import CorpusPrompt, HumanEvalGuard, offline_prompts  # noqa: E402
 from app.distill.dataset import TEXT_KINDS, DistillData, Sequence, pack  # noqa: E402
 from app.distill.generate import SIBLING, GenConfig, generate_dataset  # noqa: E402
 from app.distill.offline_text import OfflineDocument, man_pages, read_document  # noqa: E402
@@ -173,3 +173,15 @@ def test_man_pages_render_to_plain_paragraphs() -> None:
     text = read_document(next((p for p in pages if p.path.name.startswith("ls.1")), pages[0]))
     assert text is not None and text.startswith("NAME\n") and "\x08" not in text
     assert not any(len(line) > 200 and "  " * 20 in line for line in text.splitlines())  # no padded title line
+
+
+@pytest.mark.skipif(not Path("/usr/bin/man").exists() or not man_pages(), reason="no man(1) or man pages here")
+def test_offline_prompts_ask_about_a_numbered_source_as_docs_ask_does() -> None:
+    from app.documents.answer import INSTRUCTIONS  # noqa: PLC0415 - only this test reads it
+
+    chat, asks = offline_prompts(random.Random(1), n_chat=6, n_docs=6)
+    assert len(chat) == 6 and {k for k, _ in chat} <= {"summary", "explain"}
+    assert len(asks) == 6
+    for a in asks:
+        assert f"{INSTRUCTIONS}\n\n[1] " in a and a.rstrip().endswith("Assistant:")
+        assert "gcloud" not in a or sum("gcloud" in x for x in asks) <= 1

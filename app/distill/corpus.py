@@ -1,16 +1,19 @@
 """The prompt corpus for self-distillation, built from material we can ship.
 
 Sources (all on this machine, nothing downloaded):
-- code: functions of the Python standard library with docstrings, cut after
-  the docstring (HumanEval's shape: signature + docstring, complete the
-  body), plus small generated tasks of the same shape;
+- code: functions with docstrings of the Python standard library and the
+  installed packages, cut after the docstring (HumanEval's shape: signature +
+  docstring, complete the body), plus small generated tasks of the same shape;
 - chat, in the app's plain format: explanations (topics from Python's own
   pydoc topics and a list of general subjects), generated math word
-  problems, lists, summaries of stdlib documentation paragraphs, and the
-  same kinds of requests in German, French, Spanish, Italian and Portuguese.
+  problems, lists, summaries of stdlib documentation paragraphs, the same
+  kinds of requests in German, French, Spanish, Italian and Portuguese, then
+  summaries of man pages and Debian documentation and commands explained;
+- document questions: a man page's option or a documentation paragraph as a
+  numbered source, laid out as `flashdesk docs ask` lays out its prompts.
 
-HumanEval is the evaluation set: any prompt that shares a function name or a
-long text span with a HumanEval prompt is dropped (`overlaps_humaneval`).
+HumanEval and the bench's own prompt sets are the evaluation: any prompt that
+shares a function name or a long text span with one is dropped (`HumanEvalGuard`).
 """
 
 from __future__ import annotations
@@ -19,17 +22,18 @@ import ast
 import json
 import random
 import re
-import sysconfig
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from app.chat.format import ChatMessage, render_plain
+from app.chat.format import ChatMessage, format_for_model, render_plain
+from app.distill.offline_text import debian_docs, man_pages, python_files, read_document
+from app.documents.answer import Source, conversation_renderer, source_block
 
 
 @dataclass(frozen=True)
 class CorpusPrompt:
     id: str
-    kind: str  # code | explain | math | list | summary | multilingual
+    kind: str  # code | explain | math | list | summary | multilingual | docqa
     text: str  # what the target sees (already formatted)
     format: str  # raw | chat
 
@@ -81,19 +85,19 @@ def bench_texts() -> list[str]:
 
 # --- code ------------------------------------------------------------------------
 
-_STDLIB_SKIP = {"test", "idlelib", "tkinter", "lib2to3", "turtledemo", "ensurepip", "site-packages", "__pycache__"}
-
-
-def stdlib_functions(limit: int, rng: random.Random) -> list[str]:
-    """Functions with docstrings from the stdlib, as 'def ...:\\n    \"\"\"doc\"\"\"\\n'."""
-    root = Path(sysconfig.get_paths()["stdlib"])
-    files = sorted(p for p in root.rglob("*.py") if not (set(p.relative_to(root).parts) & _STDLIB_SKIP))
+def python_functions(limit: int, rng: random.Random) -> list[str]:
+    """Functions with docstrings from the stdlib and the installed packages (app.distill.offline_text),
+    as 'def ...:\n    \"\"\"doc\"\"\"\n'."""
     out: list[str] = []
-    for path in files:
+    files = python_files()
+    rng.shuffle(files)  # files in a random order, read until there are enough functions
+    for doc in files:
+        if len(out) >= limit:
+            break
         try:
-            src = path.read_text(encoding="utf-8")
+            src = doc.path.read_text(encoding="utf-8")
             tree = ast.parse(src)
-        except (SyntaxError, UnicodeDecodeError, ValueError):
+        except (SyntaxError, UnicodeDecodeError, ValueError, OSError, RecursionError):
             continue
         lines = src.splitlines()
         for node in ast.walk(tree):
@@ -225,20 +229,69 @@ def doc_paragraphs(rng: random.Random, n: int) -> list[str]:
     return paras[:n]
 
 
-def build_corpus(n_code: int = 1200, n_chat: int = 800, seed: int = 0) -> list[CorpusPrompt]:
-    """The whole corpus, HumanEval-free, in a reproducible order."""
+_OPTION = re.compile(r"^(-{1,2}[A-Za-z][\w-]*)")
+
+
+def _paragraphs(text: str) -> list[str]:
+    paras = (" ".join(p.split()) for p in re.split(r"\n\s*\n", text))
+    return [p for p in paras if 200 <= len(p) <= 700 and sum(c.isalpha() for c in p) > 0.6 * len(p)]
+
+
+def offline_prompts(rng: random.Random, n_chat: int, n_docs: int) -> tuple[list[tuple[str, str]], list[str]]:
+    """Chat requests and document questions from this machine's man pages and Debian documentation
+    (app.distill.offline_text): ("summary" | "explain", request) pairs, and whole prompts laid out as
+    `flashdesk docs ask` lays them out (numbered sources, then the question, in the plain format)."""
+    docs = debian_docs() + man_pages()
+    rng.shuffle(docs)
+    render = conversation_renderer(format_for_model(None))
+    chat: list[tuple[str, str]] = []
+    asks: list[str] = []
+    for doc in docs:
+        if len(chat) >= n_chat and len(asks) >= n_docs:
+            break
+        text = read_document(doc)
+        if text is None:
+            continue
+        paras = _paragraphs(text)
+        is_man = "/man/" in str(doc.path)
+        name = doc.path.name.split(".")[0] if is_man else doc.path.parent.name
+        if len(chat) < n_chat and paras:
+            chat.append(("summary", f"Summarize the following text in two sentences:\n{rng.choice(paras)}"))
+            if is_man:
+                chat.append(("explain", rng.choice(["What does the {c} command do?", "What is {c} used for?",
+                                                    "Explain the {c} command in simple terms."]).format(c=name)))
+        if len(asks) < n_docs and paras:
+            lines = text.splitlines()
+            opts = [(i, m.group(1)) for i, ln in enumerate(lines) if (m := _OPTION.match(ln))]
+            if is_man and opts:
+                i, opt = rng.choice(opts)
+                excerpt, question = "\n".join(lines[max(0, i - 2):i + 4]), f"What does the {opt} option of {name} do?"
+                start = max(0, i - 2) + 1
+            else:
+                excerpt = rng.choice(paras)
+                question = rng.choice([f"What is {name}, according to the sources?", "Summarize what the sources say.",
+                                       "What is the main point of the sources?"])
+                start = 1
+            src = Source(1, str(doc.path), doc.path.name, None, start, start + excerpt.count("\n"), "", 0.0, "docs",
+                         excerpt[:900] + "\n")
+            asks.append(render(source_block(src), question))
+    return chat[:n_chat], asks[:n_docs]
+
+
+def build_corpus(n_code: int = 1200, n_chat: int = 800, n_docs: int = 0, seed: int = 0) -> list[CorpusPrompt]:
+    """The whole corpus, free of HumanEval and the bench's prompts, in a reproducible order. Chat requests
+    past the fixed set come from offline prose (summaries, commands explained); `n_docs` document questions."""
     rng = random.Random(seed)
-    guard = HumanEvalGuard()
+    guard = HumanEvalGuard(bench_sets=True)
     out: list[CorpusPrompt] = []
 
     gen = generated_tasks(rng, n_code // 10)
-    code = stdlib_functions(n_code - len(gen), rng) + gen
+    code = python_functions(n_code - len(gen), rng) + gen
     for i, c in enumerate(code):
         out.append(CorpusPrompt(f"code-{i}", "code", c, "raw"))
-    # the rest of the budget goes to chat when the stdlib runs out of functions
 
     chat: list[tuple[str, str]] = []
-    import pydoc_data.topics as topics
+    import pydoc_data.topics as topics  # noqa: PLC0415 - a large module, read only here
 
     py_topics = [k.replace("-", " ") for k in topics.topics]
     for s in _SUBJECTS + [f"the Python {t} statement or feature" for t in py_topics]:
@@ -258,10 +311,14 @@ def build_corpus(n_code: int = 1200, n_chat: int = 800, seed: int = 0) -> list[C
             chat.append(("multilingual", li.format(t=t)))
         chat.append(("multilingual", ma.format(a=rng.randint(3, 90), b=rng.randint(2, 30))))
     rng.shuffle(chat)
-    while len(chat) < n_chat:  # more math problems to reach the requested size
+    more, asks = offline_prompts(rng, max(0, n_chat - len(chat)), n_docs)
+    chat += more
+    while len(chat) < n_chat:  # more math problems when the offline prose runs out
         chat.append(("math", rng.choice(_MATH)[0].format(a=rng.randint(3, 500), b=rng.randint(2, 60))))
     for i, (kind, text) in enumerate(chat[:n_chat]):
         out.append(CorpusPrompt(f"chat-{i}", kind, _chat(text), "chat"))
+    for i, text in enumerate(asks):
+        out.append(CorpusPrompt(f"docs-{i}", "docqa", text, "chat"))
 
     seen: set[str] = set()
     unique = []
@@ -272,3 +329,14 @@ def build_corpus(n_code: int = 1200, n_chat: int = 800, seed: int = 0) -> list[C
     out = unique
     rng.shuffle(out)
     return out
+
+
+def save_corpus(prompts: list[CorpusPrompt], path: Path) -> None:
+    """The corpus a data folder was made from, so that a resumed run reads the same prompts by the same ids."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(json.dumps(asdict(p)) + "\n" for p in prompts))
+    tmp.rename(path)
+
+
+def load_corpus(path: Path) -> list[CorpusPrompt]:
+    return [CorpusPrompt(**json.loads(line)) for line in path.read_text().splitlines() if line.strip()]

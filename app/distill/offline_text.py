@@ -31,7 +31,8 @@ _SKIP_PARTS = {"test", "tests", "testing", "idlelib", "tkinter", "lib2to3", "tur
 _DOC_NAMES = re.compile(r"^(readme|news|changes|faq|todo|usage|install|howto|bugs|thanks|authors)"
                         r"|\.(txt|md|markdown|rst)$", re.I)
 MIN_CHARS = 400
-MAX_CHARS = 200_000  # a larger file is mostly data (tables, generated code)
+MAX_CHARS = 200_000
+MAN_FAMILY_MAX = 25  # a larger file is mostly data (tables, generated code)
 
 
 @dataclass(frozen=True)
@@ -68,11 +69,15 @@ def debian_docs(root: Path = Path("/usr/share/doc")) -> list[OfflineDocument]:
 
 def man_pages(root: Path = Path("/usr/share/man"), sections: tuple[str, ...] = ("man1", "man5", "man8", "man7")
               ) -> list[OfflineDocument]:
-    """English man pages of the given sections (translations live in other folders)."""
+    """English man pages of the given sections (translations live in other folders), at most
+    MAN_FAMILY_MAX of one family (one SDK here ships thousands of near-identical pages)."""
     out = []
+    per_family: dict[str, int] = {}
     for sec in sections:
         for p in sorted((root / sec).glob("*")):
-            if p.is_file():
+            family = re.split(r"[_.-]", p.name, maxsplit=1)[0]
+            per_family[family] = per_family.get(family, 0) + 1
+            if p.is_file() and per_family[family] <= MAN_FAMILY_MAX:
                 out.append(OfflineDocument(f"prose:{p}", "prose", p))
     return out
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from app.distill.card import write_card
-from app.distill.corpus import build_corpus
+from app.distill.corpus import build_corpus, load_corpus, save_corpus
 from app.distill.dataset import DistillData, pack
 from app.distill.export import export_gguf
 from app.distill.generate import GenConfig, generate_dataset
@@ -49,7 +49,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, help="drafter GGUF to write")
     ap.add_argument("--work", help="working folder (default: ~/.cache/flashdesk/distill/<target name>)")
     ap.add_argument("--device", default="cpu", help="torch device for training: cpu or cuda")
-    ap.add_argument("--prompts", type=int, default=3400, help="corpus size (code + chat)")
+    ap.add_argument("--prompts", type=int, default=3400,
+                    help="corpus size (code + chat + document questions); made once per work folder")
+    ap.add_argument("--code-share", type=float, default=0.5, help="share of code prompts in the corpus")
+    ap.add_argument("--docs-share", type=float, default=0.15, help="share of document questions in the corpus")
     ap.add_argument("--max-new-tokens", type=int, default=160)
     ap.add_argument("--parallel", type=int, default=16, help="sequences decoded together while generating")
     ap.add_argument("--gen-taps", help="layer inputs to store while generating (comma list; default: taps + extras)")
@@ -87,9 +90,16 @@ def main(argv: list[str] | None = None) -> int:
     text_dir = work / "text"
     chunk_s = args.chunk_minutes * 60 if args.chunk_minutes else None
     if args.stage in ("all", "generate"):
-        n_code = int(args.prompts * 0.75)
-        corpus = build_corpus(n_code=n_code, n_chat=args.prompts - n_code)
-        say(f"corpus: {len(corpus)} prompts (HumanEval excluded)")
+        corpus_file = work / "corpus.jsonl"
+        if corpus_file.exists():
+            corpus = load_corpus(corpus_file)
+        else:
+            n_code, n_docs = int(args.prompts * args.code_share), int(args.prompts * args.docs_share)
+            say("building the prompt corpus (reads the installed Python sources and renders man pages: minutes)")
+            corpus = build_corpus(n_code=n_code, n_chat=args.prompts - n_code - n_docs, n_docs=n_docs)
+            work.mkdir(parents=True, exist_ok=True)
+            save_corpus(corpus, corpus_file)
+        say(f"corpus: {len(corpus)} prompts ({corpus_file}; HumanEval and the bench's prompts excluded)")
         res = generate_dataset(target, corpus, data_dir, GenConfig(
             tap_layers=gen_taps, n_parallel=args.parallel, max_new_tokens=args.max_new_tokens), progress=say,
             stop_after_s=chunk_s)
