@@ -146,12 +146,13 @@ def main() -> int:
     ap.add_argument("--prompt", default=PROMPT)
     ap.add_argument("--no-first-window", action="store_true", help="skip the time-to-first-window launches")
     args = ap.parse_args()
+    from app.bench.info import run_info
     from app.bundled import default_drafter, default_target
 
     target = args.target or str(default_target())
     drafter = args.drafter or (str(default_drafter()) if default_drafter() else None)
     load0 = os.getloadavg()
-    first = [0.0] if args.no_first_window else time_to_first_window(args.runs)
+    first = None if args.no_first_window else time_to_first_window(args.runs)
     ui, cli = [], []
     for _ in range(args.runs):  # alternate, so a load change hits both alike
         cli.append(cli_tokens_per_s(target, drafter, args.draft_max, args.max_tokens, args.threads, args.prompt))
@@ -160,7 +161,10 @@ def main() -> int:
     ui_tps = statistics.median(r["tokens_per_s"] for r in ui)
     cli_tps = statistics.median(r["tokens_per_s"] for r in cli)
     print(json.dumps({
-        "time_to_first_window_s": {"median": round(statistics.median(first), 3), "runs": [round(x, 3) for x in first]},
+        "run": run_info(args.threads),
+        # left out with --no-first-window (not measured)
+        **({"time_to_first_window_s": {"median": round(statistics.median(first), 3),
+                                       "runs": [round(x, 3) for x in first]}} if first else {}),
         "target": target, "drafter": drafter, "threads": args.threads, "draft_max": args.draft_max,
         "max_tokens": args.max_tokens, "reply_window": args.reply_window,
         "ui_tokens_per_s": {"median": round(ui_tps, 2), "runs": [round(r["tokens_per_s"], 2) for r in ui]},
