@@ -4,9 +4,10 @@ plain sampling.
 The statistical test forces drafts (the greedy continuation) so that tokens are sampled at
 drafted positions after accepted drafts, up to DEPTH drafts deep, and compares the tokens there
 with plain sampling under independent seeds (chi-square test of homogeneity). The same test
-applied to a deliberately biased verifier (it accepts any draft the filters allow), and to a
-verify whose penalties ignore the drafts accepted before a position, must fail: that shows it can.
-Greedy decoding with penalties is checked token by token (the lossless check) the same way."""
+applied to a deliberately biased verifier (it accepts any draft the filters allow) must fail:
+that shows it can. A verify whose penalties ignore the drafts accepted before a position is too
+small a shift for it at N=150 (p=0.036 on the run that tried); greedy decoding with penalties is
+checked token by token (the lossless check), which does catch that broken verify."""
 
 from __future__ import annotations
 
@@ -179,15 +180,6 @@ def test_the_distribution_test_catches_a_biased_verifier(gemma_engine: Engine,
     monkeypatch.setattr(Engine, "_verify", _accept_any_allowed_draft)
     biased, _ = _tokens_at_depth(gemma_engine, FILTERS[0], speculative=True)
     assert min(_homogeneity_p(plain[j], biased[j]) for j in range(1, DEPTH + 1)) < 1e-6
-
-
-@pytest.mark.gemma
-def test_the_distribution_test_catches_penalties_blind_to_the_drafts(gemma_engine: Engine,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    plain, _ = _tokens_at_depth(gemma_engine, PENALTIES, speculative=False)
-    monkeypatch.setattr(TokenSampler, "pick", _penalties_blind_to_drafts)
-    blind, _ = _tokens_at_depth(gemma_engine, PENALTIES, speculative=True)
-    assert min(_homogeneity_p(plain[j], blind[j]) for j in range(1, DEPTH + 1)) < 1e-6
 
 
 # --- penalties, greedy: the lossless check ---------------------------------------------------
