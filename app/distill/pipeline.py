@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from app.bench.info import run_info
 from app.distill.card import write_card
 from app.distill.corpus import build_corpus, load_corpus, save_corpus
 from app.distill.dataset import DistillData, pack
@@ -70,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
                          "(text/); all: generate, then train and export")
     ap.add_argument("--chunk-minutes", type=float, default=None,
                     help="generate/label: stop after this many minutes (re-run to resume)")
+    ap.add_argument("--json", help="generate/label: write the run's result (what it made, how fast) here")
     ap.add_argument("--sources", default="generated",
                     help="what training reads: generated, text, or generated,text (the folders present)")
     ap.add_argument("--dtype", default="f16", choices=["f16", "f32"])
@@ -104,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
             tap_layers=gen_taps, n_parallel=args.parallel, max_new_tokens=args.max_new_tokens), progress=say,
             stop_after_s=chunk_s)
         say(f"generation: {json.dumps(res)}")
+        _write_result(args.json, "generate", res)
         if args.stage == "generate":
             return 0
     if args.stage == "label":
@@ -112,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         res = label_text(target, docs, text_dir, LabelConfig(tap_layers=gen_taps), progress=say,
                          stop_after_s=chunk_s)
         say(f"labelling: {json.dumps(res)}")
+        _write_result(args.json, "label", res)
         return 0
 
     sources = {"generated": data_dir, "text": text_dir}
@@ -146,6 +150,11 @@ def main(argv: list[str] | None = None) -> int:
                       data.meta.get("generation_seconds"), list(argv if argv is not None else sys.argv[1:]))
     say(f"wrote {card}")
     return 0
+
+
+def _write_result(path: str | None, stage: str, result: dict) -> None:
+    if path:
+        Path(path).write_text(json.dumps({"run": run_info(), "stage": stage, "result": result}, indent=2) + "\n")
 
 
 if __name__ == "__main__":
