@@ -17,7 +17,8 @@ import pytest
 
 from app.bench import peers
 from app.bench.peers import PeerSpec, parse_completion, parse_mode
-from app.bench.runner import bench, peer_summary, summarize
+from app.bench.runner import bench, on_one_clock, peer_summary, summarize
+from app.engine.stats import GenerationStats
 
 # --- mode names -------------------------------------------------------------------------------
 
@@ -69,7 +70,7 @@ REPLY = {"content": " world", "tokens": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10], "stop_t
 def test_completion_reply_parses_to_a_bench_entry() -> None:
     e = parse_completion(REPLY, wall_s=0.2)
     assert e["tokens"] == list(range(1, 11)) and e["text"] == " world" and e["finish_reason"] == "length"
-    assert e["tokens_per_s"] == 100.0 and e["wall_tokens_per_s"] == 50.0
+    assert e["tokens_per_s"] == 90.0 and e["wall_tokens_per_s"] == 50.0  # 9 tokens after the first in 100 ms
     assert e["n_prompt"] == 12 and e["n_generated"] == 10
     assert (e["drafted"], e["accepted"]) == (9, 6) and e["acceptance_rate"] == round(6 / 9, 4)
     assert e["steps"] == 4 and e["tau"] == 2.5  # 10 tokens from 4 target passes
@@ -78,10 +79,31 @@ def test_completion_reply_parses_to_a_bench_entry() -> None:
     assert plain["finish_reason"] == "stop" and plain["drafted"] == 0 and plain["tau"] == 1.0
 
 
-def test_completion_request_is_a_greedy_raw_completion() -> None:
-    body = peers.completion_request([2, 10, 11], 16, ["\n\n"])
-    assert body == {"prompt": [2, 10, 11], "n_predict": 16, "temperature": 0.0, "cache_prompt": False,
-                    "stop": ["\n\n"], "return_tokens": True, "stream": False}
+def test_ours_and_the_servers_tokens_per_s_are_one_clock() -> None:
+    """A 13-token reply at 10 ms a token after the first on both sides. Ours: a first step of 18 ms
+    (it decodes the prompt's last token, indexes the prompt, rebuilds the graph: 1.2x a step in the
+    docqa replies of docs/bench/peers-cpu.json), then 12 of 10 ms; the server's prompt pass makes
+    token 1, then 120 ms for 12 (its predicted_per_second in this tree). Same speed: the ratio is 1.
+    Ours counted whole, 13 / 138 ms, read 0.94 of the server."""
+    st = GenerationStats()
+    for s in [0.018] + [0.010] * 12:
+        st.record_step("plain", 0, 0, 1, s)
+    st.t_decode_s = 0.138
+    ours = on_one_clock(st.to_dict(history=True))
+    server = parse_completion({"content": "x", "tokens": list(range(13)), "stop_type": "eos",
+                               "timings": {"predicted_n": 13, "predicted_ms": 120.0, "predicted_per_second": 100.0}},
+                              0.2)
+    assert ours["tokens_per_s"] == server["tokens_per_s"] == 100.0
+    assert ours["loop_tokens_per_s"] == round(13 / 0.138, 3)  # the engine's own figure, kept
+    row = {"id": "p", "category": "chat", "modes": {"hybrid": ours | {"speedup": 1.0},
+                                                     "upstream-plain": server | {"speedup": 1.0}}}
+    assert peer_summary([row], ["hybrid", "upstream-plain"])["by_peer"]["upstream-plain"]["ours_over_peer"] == 1.0
+    # a first step that drafted: its accepted tokens came with it, before the clock starts
+    st = GenerationStats()
+    st.record_step("lookup", 3, 3, 4, 0.020)
+    st.record_step("plain", 0, 0, 1, 0.010)
+    st.t_decode_s = 0.030
+    assert on_one_clock(st.to_dict(history=True))["tokens_per_s"] == 100.0
 
 
 # --- the summary and the plot -----------------------------------------------------------------
@@ -165,7 +187,7 @@ class H(BaseHTTPRequestHandler):
         n = req["n_predict"]
         toks = [(t + 1) % 50 for t in req["prompt"][-1:] * n][:n]
         self._send({"content": "x" * n, "tokens": toks, "stop_type": "limit", "echo": req,
-                    "timings": {"prompt_n": len(req["prompt"]), "predicted_n": n, "predicted_per_second": 42.0,
+                    "timings": {"prompt_n": len(req["prompt"]), "predicted_n": n, "predicted_ms": 20.0 * (n - 1),
                                 "draft_n": n, "draft_n_accepted": n // 2}})
 HTTPServer(("127.0.0.1", port), H).serve_forever()
 '''
@@ -188,7 +210,7 @@ def test_server_peer_over_loopback_with_a_standin(tmp_path: Path) -> None:
     finally:
         p.close()
     assert p.proc is None
-    assert e["tokens"] == [10] * 6 and e["tokens_per_s"] == 42.0 and e["n_prompt"] == 3
+    assert e["tokens"] == [10] * 6 and e["tokens_per_s"] == 50.0 and e["n_prompt"] == 3
     assert e["drafted"] == 6 and e["accepted"] == 3 and e["wall_s"] > 0
 
 
@@ -226,6 +248,7 @@ def test_bench_runs_upstream_and_llama_cpp_python_peers(gemma_target: Path, ship
     res = json.loads(out.read_text())
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "--spec-type" in res["peers"]["upstream-dflash"]["args"]
+    assert res["tokens_per_s_definition"] == peers.TOKENS_PER_S
     for r in res["prompts"]:
         for m in ("upstream-dflash", "llama-cpp-python-lookup"):
             e = r["modes"][m]
@@ -233,6 +256,10 @@ def test_bench_runs_upstream_and_llama_cpp_python_peers(gemma_target: Path, ship
             assert e["tokens_per_s"] > 0 and e["speedup"] > 0 and 0 < len(e["tokens"]) <= 16
         assert r["modes"]["upstream-dflash"]["n_prompt"] == r["n_prompt"]  # the same prompt tokens
         assert r["modes"]["upstream-dflash"]["drafted"] > 0
+        tm = r["modes"]["upstream-dflash"]["timings"]  # the server's first token is outside its clock: not counted
+        assert r["modes"]["upstream-dflash"]["tokens_per_s"] == pytest.approx(
+            (tm["predicted_n"] - 1) / tm["predicted_ms"] * 1e3, abs=1e-3)
+        assert r["modes"]["lookup"]["loop_tokens_per_s"] > 0  # ours on the same clock, its own figure kept
     p = res["summary"]["by_category"]["code"]["peers"]
     assert p["ours"] == "lookup" and set(p["by_peer"]) == {"upstream-dflash", "llama-cpp-python-lookup"}
 

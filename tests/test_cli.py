@@ -74,6 +74,7 @@ def test_bench_on_gemma_with_a_synthetic_drafter_is_lossless(gemma_target: Path,
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     res = json.loads(out.read_text())
     assert [r["id"] for r in res["prompts"]] == ["code", "chat"]
+    assert res["tokens_per_s_definition"].startswith("tokens after the first step")  # the one clock, said
     for r in res["prompts"]:
         f = r["modes"]["fixed"]
         assert f["lossless"] is True and f["hard_mismatches"] == []

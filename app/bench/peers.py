@@ -11,9 +11,10 @@ Two families, measured on the same prompts in the same run as our modes:
   so both sides decode the identical prompt (text would be re-tokenized with
   the server's own special-token parsing). One server per mode, started and
   warmed up before the first prompt, stopped at the end of the bench.
-  tokens/s is the server's own `timings.predicted_per_second`; wall-clock
-  tokens/s (the HTTP round trip, prompt processing included) sits next to it;
-  acceptance comes from `timings.draft_n` / `draft_n_accepted`.
+  tokens/s is TOKENS_PER_S, from the server's `timings.predicted_n` and
+  `predicted_ms` (ours on the same clock: app.bench.runner.on_one_clock);
+  wall-clock tokens/s (the HTTP round trip, prompt processing included) sits
+  next to it; acceptance comes from `timings.draft_n` / `draft_n_accepted`.
 - llama-cpp-python's `LlamaPromptLookupDecoding` through `llama_cpp.Llama`,
   in this process, on the same patched libraries (native.lib loads them before
   llama_cpp is imported: the one library FlashDesk uses).
@@ -46,6 +47,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from app.engine.text_stream import TextStream
+from native import server as native_server
+
 if TYPE_CHECKING:
     from app.engine.dflash import Engine
 
@@ -59,6 +63,20 @@ DEFAULT_LOOKUP = "ngram-mod"
 DEFAULT_CHAIN = ("ngram-simple", "draft-dflash")  # the best chain by the same measurement (0.74x)
 DEFAULT_PY_LOOKUP_K = 10  # LlamaPromptLookupDecoding's num_pred_tokens default
 DEFAULT_DFLASH_K = 3  # common_params_speculative_draft.n_max
+
+# One clock for ours and every peer (the bench JSON says it as `tokens_per_s_definition`): the tokens
+# after the first step over the time after it. A peer's first step is its prompt's pass, which makes
+# token 1; ours is the decode loop's first step, which decodes the prompt's last token (and indexes
+# the prompt for the lookup) and makes token 1 and any drafts accepted with it. Ours counted whole
+# (n / the loop's time) against the server's (n - 1) / predicted_ms read 6% low on 13-token replies.
+TOKENS_PER_S = ("tokens after the first step / the time after it: ours (n - the first step's tokens) / "
+                "(decode loop time - the first step's time); llama-server (predicted_n - 1) / predicted_ms; "
+                "llama-cpp-python (n - 1) / the time after the first token")
+
+
+def after_first_step(n: int, n_first: int, seconds_after: float) -> float:
+    """TOKENS_PER_S: the tokens after the first step's n_first over the time after it (0: none)."""
+    return round((n - n_first) / seconds_after, 3) if n > n_first and seconds_after > 0 else 0.0
 
 SERVER_FAMILIES = ("upstream-plain", "upstream-dflash", "upstream-lookup", "upstream-chain")
 PY_LOOKUP = "llama-cpp-python-lookup"
@@ -164,13 +182,16 @@ def parse_completion(resp: dict, wall_s: float) -> dict:
     """A bench entry from the server's /completion reply: its tokens and text, the server's own
     timings, acceptance from its draft counters. tau (tokens per target pass) is derived as our
     engine counts it: every pass emits its accepted drafts + 1 token, so passes = predicted_n -
-    draft_n_accepted."""
+    draft_n_accepted. tokens/s is TOKENS_PER_S: predicted_ms starts after the prompt's pass, which
+    made the first of the predicted_n tokens (taken from the timings, not from the server's own
+    predicted_per_second, whose definition has changed between llama.cpp versions)."""
     t = resp.get("timings") or {}
     tokens = [int(x) for x in resp.get("tokens") or []]
     n_gen = int(t.get("predicted_n", len(tokens)))
     drafted = int(t.get("draft_n", 0))
     accepted = int(t.get("draft_n_accepted", 0))
     steps = max(1, n_gen - accepted) if n_gen else 0
+    predicted_ms = float(t.get("predicted_ms", 0.0))
     stop_type = resp.get("stop_type", "")
     return {
         "tokens": tokens, "text": resp.get("content", ""),
@@ -179,7 +200,7 @@ def parse_completion(resp: dict, wall_s: float) -> dict:
         "n_generated": n_gen, "steps": steps, "drafted": drafted, "accepted": accepted,
         "acceptance_rate": round(accepted / drafted, 4) if drafted else 0.0,
         "tau": round(n_gen / steps, 4) if steps else 0.0,
-        "tokens_per_s": round(float(t.get("predicted_per_second", 0.0)), 3),
+        "tokens_per_s": after_first_step(n_gen, 1, predicted_ms / 1e3),
         "wall_s": round(wall_s, 6),
         "wall_tokens_per_s": round(n_gen / wall_s, 3) if wall_s > 0 else 0.0,
         "timings": t,
@@ -275,8 +296,9 @@ class PythonLookupPeer:
         from native.lib import load  # noqa: PLC0415 - the patched library before llama_cpp's Python API
 
         load()
-        from llama_cpp import Llama  # noqa: PLC0415
-        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding  # noqa: PLC0415
+        # after load(): llama_cpp's Python API binds the library already loaded, the patched one
+        from llama_cpp import Llama
+        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
         self.spec = spec
         self.engine = engine
@@ -300,8 +322,6 @@ class PythonLookupPeer:
         pass
 
     def run(self, tokens: list[int], max_tokens: int, stop: list[str]) -> dict:
-        from app.engine.text_stream import TextStream  # noqa: PLC0415
-
         target = self.engine.target
         stream = TextStream(target.token_to_piece, stop)
         out: list[int] = []
@@ -340,12 +360,12 @@ class PythonLookupPeer:
         steps = len(passes)
         drafted = sum(k - 1 for k in passes[1:])
         accepted = max(0, n - steps)
-        decode_s = t_end - (t_first or t_end)  # as our engine counts it: after the prompt's pass
+        decode_s = t_end - (t_first or t_end)  # TOKENS_PER_S: after the prompt's pass, which made token 1
         return {"tokens": out, "text": text, "finish_reason": finish, "n_prompt": len(tokens), "n_generated": n,
                 "steps": steps, "drafted": drafted, "accepted": accepted,
                 "acceptance_rate": round(accepted / drafted, 4) if drafted else 0.0,
                 "tau": round(n / steps, 4) if steps else 0.0,
-                "tokens_per_s": round((n - 1) / decode_s, 3) if n > 1 and decode_s > 0 else 0.0,
+                "tokens_per_s": after_first_step(n, 1, decode_s),
                 "wall_s": round(t_end - t0, 6),
                 "wall_tokens_per_s": round(n / (t_end - t0), 3) if t_end > t0 else 0.0}
 
@@ -365,8 +385,6 @@ def open_peers(engine: Engine, modes: list[str], log: Callable[[str], None] | No
     say = log or (lambda _m: None)
     exe = None
     if any(s.on_server for s in specs):
-        from native import server as native_server  # noqa: PLC0415
-
         exe = native_server.server_path()
         if exe is None:
             say("[peers] llama-server is not built for this tree yet: building it (a few minutes)")

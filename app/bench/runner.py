@@ -8,7 +8,8 @@ app.engine.lossless). The plain output itself is checked once per prompt; a
 mode whose output is identical to it passes by that check (`lossless_by`:
 "plain"), any other output is checked on its own. Results are ratios first:
 speedup = tokens/s of the mode over tokens/s of plain decoding on the same
-prompt.
+prompt. Every tokens/s here, ours and the peers', is one clock (peers.TOKENS_PER_S,
+written into the JSON as `tokens_per_s_definition`).
 
 Peer modes (app.bench.peers: llama.cpp's own llama-server loops, llama-cpp-python's
 prompt lookup) run in the same rotation on the same prompt tokens; their outputs go
@@ -200,6 +201,7 @@ def bench(engine: Engine, prompts: list[BenchPrompt], modes: list[str], max_toke
 
     def result(rows: list[dict]) -> dict:
         return {"run": run, "modes": modes, "max_tokens": max_tokens, "draft_max": draft_max,
+                "tokens_per_s_definition": peer_modes.TOKENS_PER_S,
                 "calibration": cost.to_dict(), "prompts": list(rows),
                 "summary": summarize(rows, modes) | {"cost_model": cost_model_check(rows, ours, cost)}} \
             | ({"peers": peer_info} if peer_info else {})
@@ -233,7 +235,7 @@ def _bench_prompt(engine: Engine, bp: BenchPrompt, fmt: PromptFormat, i: int, mo
     tokens = engine.tokenize(text)
     order = modes[i % len(modes):] + modes[:i % len(modes)]
     res = {m: peers[m].run(tokens, max_tokens, stop) if m in peers
-           else run_mode(engine, tokens, m, max_tokens, draft_max, stop, policies) for m in order}
+           else on_one_clock(run_mode(engine, tokens, m, max_tokens, draft_max, stop, policies)) for m in order}
     plain = res["plain"]
     row = {"id": bp.id, "category": bp.category, "n_prompt": len(tokens), "modes": {}}
     plain_check = _lossless(engine, tokens, plain["tokens"], "self") if check else None
@@ -250,6 +252,15 @@ def _bench_prompt(engine: Engine, bp: BenchPrompt, fmt: PromptFormat, i: int, mo
                              else _lossless(engine, tokens, r["tokens"], "own"))
         row["modes"][m] = entry
     return row
+
+
+def on_one_clock(entry: dict) -> dict:
+    """Our mode's entry with tokens/s on the peers' clock (peers.TOKENS_PER_S: after the first step);
+    the engine's own n / decode time stays as `loop_tokens_per_s`."""
+    first = (entry["accepted_history"][0] + 1, entry["step_s_history"][0]) if entry["steps"] else (0, 0.0)
+    return entry | {"loop_tokens_per_s": entry["tokens_per_s"],
+                    "tokens_per_s": peer_modes.after_first_step(entry["n_generated"], first[0],
+                                                                entry["t_decode_s"] - first[1])}
 
 
 def _lossless(engine: Engine, tokens: list[int], output: list[int], by: str) -> dict:
