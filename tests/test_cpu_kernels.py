@@ -115,6 +115,74 @@ def test_small_batch_kernels_agree_with_stock_kernels(tmp_path: Path) -> None:
     assert diff < 0.6, diff
 
 
+# run in a fresh interpreter (the kernel switch is read once per process): a prompt of `cells`
+# tokens, then verify passes of n = 1..16 tokens after it, each removed from the cache before the
+# next; per output row its argmax and every 8th logit (the whole rows would be 140 MB)
+_VERIFY_SCRIPT = """
+import sys
+import numpy as np
+import pydoc_data.topics
+from app.bundled import default_target
+from app.engine.llama_objects import ContextConfig, LlamaContext, LlamaModel, TokenBatch
+cells, out, drop = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+m = LlamaModel(default_target())
+ctx = LlamaContext(m, ContextConfig(n_ctx=1024, n_threads=2))
+toks = m.tokenize(pydoc_data.topics.topics["execmodel"])[:cells + 16]
+assert len(toks) == cells + 16
+tb = TokenBatch(512)
+for p0 in range(0, cells, 512):  # 64+ rows a batch: llama.cpp's tiled path on both sides, the same cache
+    tb.set(toks[p0:min(p0 + 512, cells)], p0, False)
+    ctx.decode(tb)
+if drop:  # a stand-in for a kernel that skips a chunk: 64 cells of the global layers' context gone
+    ctx.seq_rm(drop, drop + 64)
+top, sub = [], []
+for n in range(1, 17):
+    tb.set(toks[cells:cells + n], cells, True)
+    ctx.decode(tb)
+    for i in range(n):
+        row = ctx.logits_row(i)
+        top.append(int(row.argmax()))
+        sub.append(row[::8].copy())
+    ctx.seq_rm(cells)
+np.savez(out, top=np.array(top), sub=np.stack(sub))
+"""
+VERIFY_CELLS = 760  # past the 512-cell sliding window, 11 full 64-cell chunks and a partial one
+
+
+def _verify_logits(tmp_path: Path, name: str, drop: int = 0, **env: str) -> dict[str, np.ndarray]:
+    out = tmp_path / f"{name}.npz"
+    res = subprocess.run([sys.executable, "-c", _VERIFY_SCRIPT, str(VERIFY_CELLS), str(out), str(drop)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=600, env=os.environ | env)
+    assert res.returncode == 0, res.stderr[-2000:]
+    return dict(np.load(out))
+
+
+@pytest.mark.gemma
+def test_attention_kernel_agrees_with_stock_past_the_window_at_every_batch_size(tmp_path: Path) -> None:
+    """Patch 0005 against llama.cpp's own flash attention (GGML_CPU_FA_SMALL=0; the matmuls and the
+    prompt's pass are the same on both sides, so only the small-batch attention differs) where its
+    chunking matters: verify passes of n = 1..16 tokens after 760 cells, 11 chunks of 64 and a part (the
+    sliding-window layers mask whole chunks in front of their 512 cells; one-token stock decode
+    takes its split-KV path past 512 keys). Measured 2026-12-02 on the 136 rows (every 8th logit):
+    mean |diff| 0.11-0.30 per n, 0.136 with each row's mean difference taken out (a shift of a whole
+    row changes no probability), argmax 136/136 (stock accumulates V in F16, ours in F32). The
+    bounds are 1.5x those and 5 argmax flips. 64 cells missing from the cache, as a kernel that
+    skipped a chunk would read it, measured: cells 640-703 (inside every layer's window) 0.34-0.62
+    per n, 0.277 centred, 120/136 argmax; cells 128-191 (global layers only) 125/136 argmax."""
+    ours = _verify_logits(tmp_path, "ours")
+    stock = _verify_logits(tmp_path, "stock", GGML_CPU_FA_SMALL="0")
+    assert ours["sub"].shape == stock["sub"].shape and len(ours["top"]) == sum(range(1, 17))
+    diff = ours["sub"] - stock["sub"]
+    row = 0
+    for n in range(1, 17):
+        d = float(np.abs(diff[row:row + n]).mean())
+        assert d < 0.45, f"n={n}: mean |diff| {d:.3f}"
+        row += n
+    centred = float(np.abs(diff - diff.mean(axis=1, keepdims=True)).mean())
+    assert centred < 0.2, centred
+    assert int((ours["top"] != stock["top"]).sum()) <= 5
+
+
 def test_forced_avx2_variant_runs(tmp_path: Path) -> None:
     """FLASHDESK_CPU_VARIANT picks the CPU backend: the AVX2 one runs on any x86-64 with AVX2
     (this machine too) and doctor says which one runs and why."""
