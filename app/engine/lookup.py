@@ -7,15 +7,18 @@ where it last ended, how often it occurred and whether every occurrence was
 followed by the same token. To draft after the anchor (the last emitted
 token), take the longest n such that the n tokens ending at the anchor
 occurred before, and propose what followed the last occurrence. The draft's
-confidence is the match length n and that agreement: over the 230 prompts of
-docs/bench/hybrid-learned-cpu.json (the plain outputs replayed), a draft's first
-token passed 97% of the time after an n-gram always followed by the same token,
-80% after one seen once and 44% after one followed by different tokens
-(HumanEval; chat: 95/60/28%, documents: 86/50/34%). No model runs; the index
-grows by max_n dictionary writes per token, lazily, and a query costs at most
-max_n lookups (~20 us per token on this CPU, indexing included). A draft that
-runs into a stop string proposes the reply's own end marker there instead
-(`_end_reply`): what followed the user's turn is not how an answer ends.
+confidence is the match length n and that agreement: over the 230 plain outputs
+of docs/bench/hybrid-attn-cpu.json replayed (scripts/lookup_replay.py,
+docs/bench/lookup-replay-cpu.json; a reply's first step and drafts that end the
+reply counted apart), a draft's first token passed 96% of the time after an
+n-gram always followed by the same token, 80% after one seen once and 43% after
+one followed by different tokens (HumanEval; chat: 94/65/27%, documents, of
+34/61/40 drafts: 76/56/18%). No model runs; the index grows by max_n dictionary
+writes per token, lazily, and a query costs at most max_n lookups (16 us per
+reply token on this CPU, a query at every position and the prompt's indexing
+included; the same replay). A draft that runs into a stop string proposes the
+reply's own end marker there instead (`_end_reply`): what followed the user's
+turn is not how an answer ends.
 """
 
 from __future__ import annotations
@@ -92,9 +95,10 @@ class ContextLookup:
         end marker (reply_ends[0]) in place of the stop string copied, and nothing after it. In a
         transcript the marker after a turn names the next speaker, so what followed the user's
         question ("\nAssistant:") is not how the model ends its answer ("\nUser:"): over the 66 chat
-        and document replies of docs/bench/hybrid-attn-cpu.json, 62 ended with "\nUser:", and 115
-        lookup drafts ran into "\nAssistant:" (none was followed by it); rewritten, their first token
-        passed 60% of the time and 36 went through the whole marker."""
+        and document replies of docs/bench/hybrid-attn-cpu.json, 62 ended with "\nUser:" and none with
+        "\nAssistant:"; replayed (scripts/lookup_replay.py, docs/bench/lookup-replay-cpu.json), 433
+        lookup drafts ran into a stop string and were rewritten: their first token passed 60% of the
+        time (258) and 155 (36%) passed whole, the marker included."""
         if not self.reply_ends:
             return draft, False
         longest = max(len(s) for s in self.reply_ends)
