@@ -58,6 +58,9 @@ def test_bench_hands_out_the_result_so_far_after_each_prompt(tiny_pair: tuple[Pa
     assert [r["id"] for r in final["prompts"]] == ["p0", "p1"]
 
 
+# slow (make test-slow): the bench calibrates a pair it has not seen (~50 s on two cores, the random
+# drafter is new every session), then 8 generations and their lossless checks: ~2 min quiet
+@pytest.mark.slow
 @pytest.mark.gemma
 def test_bench_on_gemma_with_a_synthetic_drafter_is_lossless(gemma_target: Path, gemma_random_drafter: Path,
                                                              tmp_path: Path) -> None:

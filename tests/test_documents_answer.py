@@ -95,6 +95,9 @@ def test_a_question_nothing_matches_gets_no_sources_and_no_generation(docs, gemm
     assert ans.text == NO_SOURCES and ans.sources == [] and ans.generation == {}
 
 
+# slow (make test-slow): the command calibrates the pair first (~50 s on two cores, the random drafter
+# is new every session); the answer and its sources are tested in-process above
+@pytest.mark.slow
 def test_docs_ask_cli_prints_answer_sources_and_stats_as_json(docs, gemma_target: Path,
                                                               gemma_random_drafter: Path) -> None:
     _, db = docs
