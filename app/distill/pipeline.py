@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
 
     data_dir = work / "data"
     text_dir = work / "text"
-    chunk_s = args.chunk_minutes * 60 if args.chunk_minutes else None
+    chunk_s = args.chunk_minutes * 60 if args.chunk_minutes is not None else None
     if args.stage in ("all", "generate"):
         corpus_file = work / "corpus.jsonl"
         if corpus_file.exists():
