@@ -205,9 +205,10 @@ def generate_dataset(target: Path, prompts: list[CorpusPrompt], out_dir: Path, c
         if progress and now - last_report > 30:
             last_report = now
             rate = n_tok / (now - t0)
-            left = (len(queue) + sum(s is not None for s in slots)) * 110 / max(rate, 1e-9)
-            progress(f"{n_seq}/{len(todo)} sequences, {n_tok} response tokens, {rate:.1f} tok/s, "
-                     f"~{left / 60:.0f} min left")
+            # ~105 reply tokens a sequence, two sequences a prompt while second replies are on
+            left = ((1 + cfg.siblings) * len(queue) + sum(s is not None for s in slots)) * 105 / max(rate, 1e-9)
+            progress(f"{n_seq} sequences ({len(todo) - len(queue)}/{len(todo)} prompts), {n_tok} response tokens, "
+                     f"{rate:.1f} tok/s, ~{left / 60:.0f} min left")
     writer.flush()
     ctx.close()
     model.close()
