@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import openai
@@ -32,6 +33,7 @@ from app.server.errors import ApiError, ServerConfigError
 from app.server.runner import BackgroundServer
 from app.server.service import SERVED_MODE, ServedModel, ThreadExecutor, model_id_of
 from app.session.models import load_engine, resolve_spec
+from gguf_tools.edit import copy_gguf
 
 pytestmark = pytest.mark.gemma
 
@@ -550,3 +552,176 @@ def test_json_schema_replies_always_parse_and_match(served: Served) -> None:
     obj = ask(client, served.model, [{"role": "user", "content": "Give a JSON object with a key 'a' set to 1."}],
               max_tokens=200, response_format={"type": "json_object"})
     assert isinstance(json.loads(obj.choices[0].message.content), dict)
+
+
+# --- tools (issue 32, e): Hermes/Qwen <tool_call> through a tool-capable chat template ---------------
+
+# Qwen 2.5's chat template as its GGUFs carry it: tools listed in the system turn, calls as
+# <tool_call>{"name": ..., "arguments": {...}}</tool_call>, results in <tool_response> blocks
+QWEN_TEMPLATE = (Path(__file__).parent / "qwen25_tool_template.jinja").read_text()
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city now.",
+    "parameters": {"type": "object", "additionalProperties": False, "required": ["city"],
+                   "properties": {"city": {"type": "string", "maxLength": 20}}}}}
+CLOCK = {"type": "function", "function": {"name": "get_time", "description": "The time now.",
+                                          "parameters": {"type": "object", "properties": {},
+                                                         "additionalProperties": False}}}
+TOOLS = [WEATHER, CLOCK]
+WEATHER_Q = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+@pytest.fixture(scope="module")
+def tool_served(tmp_path_factory: pytest.TempPathFactory):
+    """The bundled target with Qwen 2.5's tool-capable template in its GGUF (a copy), served on
+    loopback with lookup drafts (speculation under the tool-call grammar)."""
+    path = copy_gguf(default_target(), tmp_path_factory.mktemp("tools") / "gemma-qwen-template.gguf",
+                     meta={"tokenizer.chat_template": QWEN_TEMPLATE})
+    engine = Engine(path, None, EngineConfig(n_ctx=N_CTX, n_threads=1))
+    model = ServedModel.for_engine(engine, policy_for_mode(engine, "lookup"))
+    executor = ThreadExecutor(model)
+    server = BackgroundServer(executor, ServerConfig(port=0, api_key=KEY, max_queue=1, max_tokens=N_CTX))
+    yield Served(server, model.name), engine
+    server.stop()
+    executor.close()
+    engine.close()
+
+
+def rendered(engine: Engine, messages: list[ChatMessage], tools: list[dict] | None) -> str:
+    return prompt_format_of(engine.target).render(messages, tools=tools)
+
+
+def streamed_calls(chunks: list) -> tuple[str, list[dict]]:
+    """A stream's content and its tool calls, put together by index as OpenAI's clients do."""
+    calls: dict[int, dict] = {}
+    for c in chunks:
+        for d in (c.choices[0].delta.tool_calls or []) if c.choices else []:
+            call = calls.setdefault(d.index, {"id": "", "name": "", "arguments": ""})
+            call["id"] += d.id or ""
+            call["name"] += d.function.name or ""
+            call["arguments"] += d.function.arguments or ""
+    return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices), [calls[i] for i in sorted(calls)]
+
+
+def test_tools_reach_the_template_and_a_required_call_comes_back_in_openai_shape(tool_served) -> None:
+    served, engine = tool_served
+    client = served.client()
+    # one call: after it the grammar leaves the model nothing but its end, so the reply is whole
+    one = {"tools": TOOLS, "tool_choice": "required", "parallel_tool_calls": False}
+    whole = ask(client, served.model, WEATHER_Q, max_tokens=64, **one)
+    question = [ChatMessage("user", WEATHER_Q[0]["content"])]
+    prompt = rendered(engine, question, TOOLS)
+    assert "The weather in a city now." in prompt and whole.usage.prompt_tokens == len(engine.tokenize(prompt))
+    choice = whole.choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.content is None
+    call = choice.message.tool_calls[0]
+    assert call.type == "function" and call.id.startswith("call_") and call.function.name in ("get_weather", "get_time")
+    args = json.loads(call.function.arguments)
+    assert isinstance(args, dict) and (call.function.name != "get_weather" or isinstance(args["city"], str))
+    assert len(choice.message.tool_calls) == 1
+
+    chunks = list(ask(client, served.model, WEATHER_Q, max_tokens=64, stream=True, **one))
+    content, calls = streamed_calls(chunks)
+    assert content == "" and chunks[-1].choices[0].finish_reason == "tool_calls"
+    assert [(c["name"], json.loads(c["arguments"])) for c in calls] == [
+        (t.function.name, json.loads(t.function.arguments)) for t in choice.message.tool_calls]  # greedy: the same
+    assert all(c["id"].startswith("call_") for c in calls)
+
+    named = ask(client, served.model, WEATHER_Q, max_tokens=64, tools=TOOLS,
+                tool_choice={"type": "function", "function": {"name": "get_time"}})
+    assert [t.function.name for t in named.choices[0].message.tool_calls] == ["get_time"]
+    # parallel calls (OpenAI's default): this small model goes on calling until max_tokens cuts it;
+    # the whole calls come back, and a cut reply is "length", never "tool_calls"
+    many = ask(client, served.model, WEATHER_Q, max_tokens=48, tools=TOOLS, tool_choice="required")
+    names = [t.function.name for t in many.choices[0].message.tool_calls or []]
+    assert names and set(names) <= {"get_weather", "get_time"}
+    cut = many.usage.completion_tokens == 48
+    assert many.choices[0].finish_reason == ("length" if cut else "tool_calls"), many
+    # tool_choice "none": the model is not told of the tools, and its reply is text
+    plain = ask(client, served.model, WEATHER_Q, max_tokens=4, tools=TOOLS, tool_choice="none")
+    assert plain.usage.prompt_tokens == len(engine.tokenize(rendered(engine, question, None)))
+    assert plain.choices[0].message.tool_calls is None
+
+
+# a reply with text before its call, forced by a grammar, read with tool_choice "auto"
+SAID_CALL = 'Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+
+
+def test_a_call_after_text_is_parsed_whole_and_held_back_from_the_stream(tool_served) -> None:
+    served, _ = tool_served
+    client = served.client()
+    gbnf = "root ::= " + json.dumps(SAID_CALL)
+    whole = ask(client, served.model, WEATHER_Q, max_tokens=64, tools=TOOLS, extra_body={"grammar": gbnf})
+    msg = whole.choices[0].message
+    assert msg.content == "Let me check." and whole.choices[0].finish_reason == "tool_calls"
+    assert [(t.function.name, json.loads(t.function.arguments)) for t in msg.tool_calls] == [
+        ("get_weather", {"city": "Paris"})]
+    chunks = list(ask(client, served.model, WEATHER_Q, max_tokens=64, tools=TOOLS, stream=True,
+                      extra_body={"grammar": gbnf}))
+    content, calls = streamed_calls(chunks)
+    assert content.strip() == "Let me check." and "<tool_call>" not in content
+    assert [(c["name"], json.loads(c["arguments"])) for c in calls] == [("get_weather", {"city": "Paris"})]
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+    # without tools the same text is content
+    bare = ask(client, served.model, WEATHER_Q, max_tokens=64, extra_body={"grammar": gbnf})
+    assert bare.choices[0].message.content == SAID_CALL and bare.choices[0].finish_reason == "stop"
+
+
+def test_a_tool_result_turn_is_rendered_and_answered(tool_served) -> None:
+    served, engine = tool_served
+    call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+    turns = WEATHER_Q + [{"role": "assistant", "content": None, "tool_calls": [call]},
+                         {"role": "tool", "tool_call_id": "call_1", "content": "Sunny, 21 C"}]
+    reply = ask(served.client(), served.model, turns, max_tokens=8, tools=TOOLS)
+    assert reply.choices[0].finish_reason in ("stop", "length", "tool_calls")
+    prompt = rendered(engine, [ChatMessage("user", WEATHER_Q[0]["content"]),
+                               ChatMessage("assistant", "", [{"id": "call_1", "type": "function", "function": {
+                                   "name": "get_weather", "arguments": {"city": "Paris"}}}]),
+                               ChatMessage("tool", "Sunny, 21 C", tool_call_id="call_1")], TOOLS)
+    assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>' in prompt
+    assert "<tool_response>\nSunny, 21 C\n</tool_response>" in prompt
+    assert reply.usage.prompt_tokens == len(engine.tokenize(prompt))
+
+
+def test_tool_requests_that_cannot_be_honoured_get_a_400(served: Served, tool_served) -> None:
+    tsrv, _ = tool_served
+    msg = [{"role": "user", "content": "hi"}]
+    call = {"id": "c", "type": "function", "function": {"name": "get_weather", "arguments": "{not json"}}
+    cases = [
+        ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),
+        ({"tool_choice": "required"}, "tool_choice"),
+        ({"tools": [{"type": "custom", "custom": {"name": "x"}}]}, "tools"),
+        ({"tools": [{"type": "function", "function": {"name": "bad name<|im_end|>"}}]}, "tools"),
+        ({"functions": [{"name": "f"}]}, "functions"),
+        ({"tools": TOOLS, "tool_choice": "required", "response_format": {"type": "json_object"}}, "tool_choice"),
+        ({"messages": msg + [{"role": "assistant", "tool_calls": [call]}]}, "messages"),
+    ]
+    for extra, param in cases:
+        body = {"model": tsrv.model, "messages": msg} | extra
+        got, _, raw = tsrv.raw("POST", "/v1/chat/completions", json.dumps(body).encode())
+        assert got == 400 and json.loads(raw)["error"]["param"] == param, (extra, raw)
+    # the bundled model has no template: a tool result is refused as tools are
+    turns = msg + [{"role": "tool", "tool_call_id": "c", "content": "x"}]
+    with pytest.raises(openai.BadRequestError) as e:
+        ask(served.client(), served.model, turns, max_tokens=4)
+    assert e.value.body["param"] == "messages" and "chat template" in e.value.body["message"]
+
+
+# --- LangChain (issue 32, point 7): a widely used client, with whatever defaults it sends -----------
+
+
+def test_langchain_chat_openai_invokes_and_streams(served: Served, tool_served) -> None:
+    from langchain_openai import ChatOpenAI
+
+    llm = ChatOpenAI(base_url=f"{served.url}/v1", api_key=KEY, model="anything", max_tokens=8, max_retries=0,
+                     timeout=WAIT_S)
+    print("langchain sends:", llm._get_request_payload([("user", QUESTION)]))  # noqa: T201 - for the log
+    answer = llm.invoke(QUESTION)
+    assert answer.content and answer.response_metadata["model_name"] == served.model
+    parts = list(llm.stream(QUESTION))
+    assert "".join(p.content for p in parts) and len(parts) > 1
+    tsrv, _ = tool_served
+    tool_llm = ChatOpenAI(base_url=f"{tsrv.url}/v1", api_key=KEY, model="anything", max_tokens=64, max_retries=0,
+                          timeout=WAIT_S, temperature=0).bind_tools([WEATHER], tool_choice="required",
+                                                                   parallel_tool_calls=False)
+    called = tool_llm.invoke("What is the weather in Paris?")
+    assert [c["name"] for c in called.tool_calls] == ["get_weather"] and isinstance(called.tool_calls[0]["args"], dict)

@@ -72,8 +72,12 @@ class PromptText(str):
 
 @dataclass
 class ChatMessage:
-    role: str  # "system" | "user" | "assistant"
+    role: str  # "system" | "user" | "assistant" | "tool"
     content: str
+    # an assistant's tool calls, as chat templates read them: {"id", "type": "function", "function":
+    # {"name", "arguments": a dict}} (app.chat.tools); a tool result names the call it answers
+    tool_calls: list[dict] | None = None
+    tool_call_id: str | None = None
 
 
 @dataclass
@@ -90,13 +94,14 @@ class PromptFormat:
         return self.template is None
 
     def render(self, messages: list[ChatMessage], add_generation_prompt: bool = True,
-               cancel: threading.Event | None = None) -> str:
+               cancel: threading.Event | None = None, tools: list[dict] | None = None) -> str:
         """The prompt text; a model template renders under app.chat.sandbox's time and size limits, and
-        setting `cancel` (the reply's Stop) interrupts it with TemplateRenderCancelled."""
+        setting `cancel` (the reply's Stop) interrupts it with TemplateRenderCancelled. `tools` (OpenAI's
+        tool objects) go to the template only: app.chat.tools checks that it uses them."""
         if self.template is None:
             return render_plain(messages, add_generation_prompt)
         return render_template(self.template, messages, add_generation_prompt, self.bos_token, self.eos_token,
-                               cancel)
+                               cancel, tools)
 
 
 PLAIN_INTRO = ("A conversation between a user and a helpful assistant. The assistant answers every question "
@@ -139,13 +144,17 @@ _SLOT_RE = re.compile("\ue000(\\d+)\ue001")
 
 
 def render_template(template: str, messages: list[ChatMessage], add_generation_prompt: bool,
-                    bos_token: str = "", eos_token: str = "", cancel: threading.Event | None = None) -> PromptText:
+                    bos_token: str = "", eos_token: str = "", cancel: threading.Event | None = None,
+                    tools: list[dict] | None = None) -> PromptText:
     """The template's text with the messages' content in place, as a PromptText: the template renders
     a slot for each non-empty content, so what it writes itself is known exactly; the contents go
     into their slots afterwards, as plain text. (A template that edits content, e.g. trims it, sees
-    the slot, so the content goes in as written.)"""
-    slotted = [ChatMessage(m.role, _SLOT.format(i) if m.content else "") for i, m in enumerate(messages)]
-    rendered = _render_template(template, slotted, add_generation_prompt, bos_token, eos_token, cancel)
+    the slot, so the content goes in as written.) Tools and tool calls are written by the template
+    through `tojson`, Jinja's HTML-safe JSON (`<`, `>`, `&` escaped), so no markup can come from them;
+    tool names are checked as OpenAI's (letters, digits, _ and -) before they get here."""
+    slotted = [ChatMessage(m.role, _SLOT.format(i) if m.content else "", m.tool_calls, m.tool_call_id)
+               for i, m in enumerate(messages)]
+    rendered = _render_template(template, slotted, add_generation_prompt, bos_token, eos_token, cancel, tools)
     segments = []
     for j, part in enumerate(_SLOT_RE.split(rendered)):
         if j % 2 == 0:
@@ -156,14 +165,27 @@ def render_template(template: str, messages: list[ChatMessage], add_generation_p
 
 
 def _render_template(template: str, messages: list[ChatMessage], add_generation_prompt: bool,
-                     bos_token: str, eos_token: str, cancel: threading.Event | None) -> str:
+                     bos_token: str, eos_token: str, cancel: threading.Event | None,
+                     tools: list[dict] | None = None) -> str:
     def raise_exception(msg: str) -> None:
         raise TemplateRenderError(f"the model's chat template refused the conversation: {str(msg)[:300]}")
 
     helpers = {"raise_exception": raise_exception, "strftime_now": lambda fmt: date.today().strftime(fmt)}
-    context = {"messages": [{"role": m.role, "content": m.content} for m in messages],
+    context = {"messages": [_message_dict(m) for m in messages],
                "add_generation_prompt": add_generation_prompt, "bos_token": bos_token, "eos_token": eos_token}
+    if tools:
+        context["tools"] = tools
     return render_sandboxed(template, context, cancel=cancel, helpers=helpers)
+
+
+def _message_dict(m: ChatMessage) -> dict:
+    """A message as templates read it (HF's shape): tool fields only where the message has them."""
+    out: dict = {"role": m.role, "content": m.content}
+    if m.tool_calls:
+        out["tool_calls"] = m.tool_calls
+    if m.tool_call_id is not None:
+        out["tool_call_id"] = m.tool_call_id
+    return out
 
 
 def format_for_model(template: str | None, bos_token: str = "", eos_token: str = "") -> PromptFormat:

@@ -41,6 +41,33 @@ def json_grammar(schema: dict | None, field: str) -> str:
     return gbnf
 
 
+def wrapped_json_grammar(schema: dict, field: str, before: str, after: str, repeat: bool,
+                         prop_order: tuple[str, ...] = ()) -> str:
+    """GBNF for `before`, a JSON value `schema` allows, then `after` (with `repeat`: one or more of
+    these, a newline apart): a tool call in its chat format's markup. `prop_order` puts those
+    properties first, in that order. InvalidParams naming `field` when it cannot be converted."""
+    mod = _converter()
+    _local_refs_only(schema, field)
+    try:
+        conv = mod.SchemaConverter(prop_order={k: i for i, k in enumerate(prop_order)}, allow_fetch=False,
+                                   dotall=False, raw_pattern=False)
+        value = conv.visit(conv.resolve_refs(schema, "stdin"), "wrapped")
+        one = f"{_literal(before)} {value} {_literal(after)}"
+        root = f'{one} ("\\n" {one})*' if repeat else one
+        gbnf = f"{conv.format_grammar().rstrip()}\nroot ::= {root}\n"
+    except RecursionError:
+        raise InvalidParams(f"{field}: the schema nests too deeply", field) from None
+    except Exception as e:  # as in json_grammar
+        raise InvalidParams(f"{field}: cannot be turned into a grammar: {str(e)[:200] or type(e).__name__}",
+                            field) from None
+    check_grammar(gbnf, field)
+    return gbnf
+
+
+def _literal(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
 def check_grammar(gbnf: str, field: str = "grammar") -> None:
     """InvalidParams unless the GBNF text is small and shallow enough for llama.cpp's parser."""
     if len(gbnf.encode()) > MAX_GRAMMAR_BYTES:

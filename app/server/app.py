@@ -109,7 +109,8 @@ async def _generate(request: Request, service: GenerationService, config: Server
         if isinstance(first, Failed):
             raise first.error
         assert isinstance(first, Started)
-        reply = Reply(req.kind, req.model, first.prompt_tokens, req.return_tokens, req.logprobs is not None)
+        reply = Reply(req.kind, req.model, first.prompt_tokens, req.return_tokens, req.logprobs is not None,
+                      bool(req.tools))
         if req.stream:
             streaming = True
             return JobStream(job, _events(reply, inbox, req.include_usage))
@@ -155,9 +156,12 @@ async def _events(reply: Reply, inbox: asyncio.Queue, include_usage: bool):  # n
     while True:
         item = await inbox.get()
         if isinstance(item, Piece):
-            yield _sse(reply.text_chunk(item.text, item.logprobs))
+            chunk = reply.text_chunk(item.text, item.logprobs)
+            if chunk is not None:
+                yield _sse(chunk)
         elif isinstance(item, Finished):
-            yield _sse(reply.last_chunk(item))
+            for chunk in reply.last_chunks(item):
+                yield _sse(chunk)
             if include_usage:
                 yield _sse(reply.usage_chunk(item))
             break

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 import uuid
 
+from app.chat.tools import ToolCall, ToolCallStream, parse_tool_calls
 from app.engine.events import FINISH_CANCELLED, FINISH_LENGTH
 from app.server.service import CHAT, SERVED_MODE, Finished, Logprob
 
@@ -21,9 +22,12 @@ def new_id(kind: str) -> str:
     return ("chatcmpl-" if kind == CHAT else "cmpl-") + uuid.uuid4().hex[:24]
 
 
-def finish_reason(reason: str) -> str:
-    """OpenAI's names; "cancelled" only reaches a client when the server stops mid-reply."""
-    return {FINISH_LENGTH: "length", FINISH_CANCELLED: "cancelled"}.get(reason, "stop")
+def finish_reason(reason: str, calls: list[ToolCall] | None = None) -> str:
+    """OpenAI's names; "cancelled" only reaches a client when the server stops mid-reply. A reply with
+    tool calls that ended by itself is "tool_calls"; one cut by max_tokens stays "length" (as
+    llama.cpp's server has it), so that a client does not run the calls of a cut reply."""
+    name = {FINISH_LENGTH: "length", FINISH_CANCELLED: "cancelled"}.get(reason, "stop")
+    return "tool_calls" if calls and name == "stop" else name
 
 
 def timings(stats: dict) -> dict:
@@ -58,12 +62,15 @@ def usage(prompt_tokens: int, done: Finished) -> dict:
 class Reply:
     """The objects of one response: the whole one, or its stream's chunks (same id and time)."""
 
-    def __init__(self, kind: str, model: str, prompt_tokens: int, return_tokens: bool, logprobs: bool = False):
+    def __init__(self, kind: str, model: str, prompt_tokens: int, return_tokens: bool, logprobs: bool = False,
+                 tools: bool = False):
         self.kind = kind
         self.model = model
         self.prompt_tokens = prompt_tokens
         self.return_tokens = return_tokens
         self.logprobs = logprobs
+        self.tools = tools  # the reply is read for tool calls
+        self._calls = ToolCallStream() if tools else None  # a stream's text, held back from a call on
         self._offset = 0  # a completion's text_offset so far (its stream's chunks continue it)
         self.id = new_id(kind)
         self.created = int(time.time())
@@ -77,11 +84,15 @@ class Reply:
 
     def whole(self, done: Finished) -> dict:
         lp = self._logprobs(done.logprobs)
+        content, calls = parse_tool_calls(done.text) if self.tools else (done.text, [])
         if self.kind == CHAT:
-            choice = {"index": 0, "message": {"role": "assistant", "content": done.text}, "logprobs": lp}
+            message = {"role": "assistant", "content": content}
+            if calls:
+                message["tool_calls"] = [c.to_openai() for c in calls]
+            choice = {"index": 0, "message": message, "logprobs": lp}
         else:
             choice = {"index": 0, "text": done.text, "logprobs": lp}
-        choice["finish_reason"] = finish_reason(done.finish_reason)
+        choice["finish_reason"] = finish_reason(done.finish_reason, calls)
         if self.return_tokens:
             choice["tokens"] = done.tokens
         return {**self._head(False), "choices": [choice], **self._tail(done)}
@@ -92,17 +103,30 @@ class Reply:
             return None
         return self._chunk({"role": "assistant", "content": ""}, None)
 
-    def text_chunk(self, text: str, logprobs: list[Logprob] | None = None) -> dict:
+    def text_chunk(self, text: str, logprobs: list[Logprob] | None = None) -> dict | None:
+        """A step's chunk; None when it has nothing to say yet (text held back as a possible tool call)."""
+        if self._calls is not None:
+            text = self._calls.feed(text)
+            if not text and not logprobs:
+                return None
         out = self._chunk({"content": text} if self.kind == CHAT else text, None)
         out["choices"][0]["logprobs"] = self._logprobs(logprobs)
         return out
 
-    def last_chunk(self, done: Finished) -> dict:
-        """The finish reason, usage and timings (and the tokens, if asked)."""
-        out = self._chunk({} if self.kind == CHAT else "", finish_reason(done.finish_reason))
+    def last_chunks(self, done: Finished) -> list[dict]:
+        """What the held text turned out to be (content, or a chunk per tool call, with its index),
+        then the finish reason, usage and timings (and the tokens, if asked)."""
+        out = []
+        calls = []
+        if self._calls is not None:
+            content, calls = self._calls.finish()
+            if content:
+                out.append(self._chunk({"content": content}, None))
+            out += [self._chunk({"tool_calls": [{"index": i, **c.to_openai()}]}, None) for i, c in enumerate(calls)]
+        last = self._chunk({} if self.kind == CHAT else "", finish_reason(done.finish_reason, calls))
         if self.return_tokens:
-            out["choices"][0]["tokens"] = done.tokens
-        return {**out, **self._tail(done)}
+            last["choices"][0]["tokens"] = done.tokens
+        return [*out, {**last, **self._tail(done)}]
 
     def usage_chunk(self, done: Finished) -> dict:
         """stream_options.include_usage: OpenAI's extra chunk with no choices."""

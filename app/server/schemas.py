@@ -1,6 +1,6 @@
 """Request bodies, parsed strictly: every field of OpenAI's chat and completions requests is
 accepted (so that no client gets a 400 for sending a default), and llama.cpp's common extras; a
-value this server cannot honour (n > 1, audio, tools on a model without them) is a 400 that names
+value this server cannot honour (n > 1, audio, tools on a model without them: app.chat.tools) is a 400 that names
 the field and what it supports, as are unknown fields, wrong types and values out of range.
 Fields with no effect on a local model (user, metadata, store, service_tier...) are accepted and
 ignored; the README's server section lists each field and what it does here."""
@@ -8,11 +8,13 @@ ignored; the README's server section lists each field and what it does here."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from app.chat.format import ChatMessage
+from app.chat.tools import call_grammar
 from app.engine.grammar import check_grammar, json_grammar
 from app.engine.params import MAX_TOKENS, MAX_TOP_K, MAX_TOP_LOGPROBS, InvalidParams
 from app.server.errors import ApiError, bad_request
@@ -185,10 +187,46 @@ class _Sampling(_Strict):
             return_tokens=self.return_tokens)
 
 
+class Function(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")  # OpenAI's rule; also keeps markup out of prompts
+    description: str | None = None
+    parameters: dict | None = None  # a JSON schema; none: no arguments
+    strict: bool | None = None  # the grammar (tool_choice required or named) always follows the schema
+
+
 class Tool(_Strict):
     type: str = "function"
-    function: dict | None = None
+    function: Function | None = None
     custom: dict | None = None
+
+    @field_validator("type")
+    @classmethod
+    def _functions_only(cls, t: str) -> str:
+        if t != "function":
+            raise ValueError(f"tools of type {t!r} are not supported: type \"function\" only")
+        return t
+
+
+def _tool_calls_for_template(calls: list[dict], i: int) -> list[dict]:
+    """An assistant message's tool_calls as chat templates read them: arguments as a JSON object (as
+    llama.cpp's server passes them), where OpenAI sends JSON text."""
+    out = []
+    for j, call in enumerate(calls):
+        fn = call.get("function") if isinstance(call, dict) else None
+        where = f"messages.{i}.tool_calls.{j}"
+        if not (isinstance(fn, dict) and isinstance(fn.get("name"), str)
+                and re.fullmatch(r"[A-Za-z0-9_-]{1,64}", fn["name"]) and isinstance(fn.get("arguments"), str)):
+            raise bad_request(f"{where}: needs function.name (letters, digits, _ and -) and function.arguments "
+                              "(JSON text)", "messages")
+        try:
+            args = json.loads(fn["arguments"] or "{}")
+        except ValueError:
+            args = None
+        if not isinstance(args, dict):
+            raise bad_request(f"{where}.function.arguments: must be a JSON object's text", "messages")
+        out.append({"id": str(call.get("id", "")), "type": "function",
+                    "function": {"name": fn["name"], "arguments": args}})
+    return out
 
 
 class ChatRequest(_Sampling):
@@ -219,11 +257,41 @@ class ChatRequest(_Sampling):
 
     def to_request(self, limit: int) -> GenerationRequest:
         self._refuse_what_cannot_be_honoured()
+        call_grammar_text = self._tool_grammar()
         req = self._request(CHAT, self.max_completion_tokens or self.max_tokens, limit,
                             (self.top_logprobs or 0) if self.logprobs else None)
+        if call_grammar_text is not None:
+            if req.grammar is not None:
+                raise bad_request("tool_choice (a required call) and a grammar or response_format both constrain "
+                                  "the reply: send one", "tool_choice")
+            req.grammar = call_grammar_text
+        # with tool_choice "none" the model is not told of the tools, and its reply is not read for calls
+        if self.tools and self.tool_choice != "none":
+            req.tools = [t.model_dump(exclude_none=True) for t in self.tools]
         # "developer" is the newer name of "system"
-        req.messages = [ChatMessage("system" if m.role == "developer" else m.role, m.text()) for m in self.messages]
+        req.messages = [ChatMessage("system" if m.role == "developer" else m.role, m.text(),
+                                    _tool_calls_for_template(m.tool_calls, i) if m.tool_calls else None,
+                                    m.tool_call_id)
+                        for i, m in enumerate(self.messages)]
         return req
+
+    def _tool_grammar(self) -> str | None:
+        """The grammar that forces a call (tool_choice "required" or a named function), or None."""
+        choice = self.tool_choice
+        if choice in (None, "none", "auto"):
+            return None
+        if not self.tools:
+            raise bad_request("tool_choice needs tools", "tool_choice")
+        if choice == "required":
+            return call_grammar([t.model_dump() for t in self.tools], None, self.parallel_tool_calls is not False)
+        fn = choice.get("function") if isinstance(choice, dict) and choice.get("type") == "function" else None
+        name = fn.get("name") if isinstance(fn, dict) else None
+        if name is None:
+            raise bad_request("tool_choice takes \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+                              "\"function\": {\"name\": ...}}", "tool_choice")
+        if name not in [t.function.name for t in self.tools]:
+            raise bad_request(f"tool_choice names {str(name)[:64]!r}, which is not among the tools", "tool_choice")
+        return call_grammar([t.model_dump() for t in self.tools], name, False)
 
     def _refuse_what_cannot_be_honoured(self) -> None:
         if self.audio is not None or (self.modalities and "audio" in self.modalities):
@@ -232,17 +300,16 @@ class ChatRequest(_Sampling):
             raise bad_request("web search is not supported: leave web_search_options out", "web_search_options")
         if self.moderation is not None:
             raise bad_request("moderation is not supported: leave moderation out", "moderation")
-        if self.tools or self.functions:
-            raise bad_request("tools are not supported: this server does not pass tools to the model's chat "
-                              "template yet (send tools: [] or leave it out)", "tools" if self.tools else "functions")
-        for name in ("tool_choice", "function_call"):
-            choice = getattr(self, name)
-            if choice is not None and choice not in ("none", "auto"):
-                raise bad_request(f"{name} takes \"none\" or \"auto\" here: there are no tools", name)
+        if self.functions or self.function_call not in (None, "none", "auto"):
+            raise bad_request("functions and function_call (the older names) are not supported: send tools and "
+                              "tool_choice", "functions" if self.functions else "function_call")
+        for t in self.tools or []:
+            if t.function is None:
+                raise bad_request("tools: each needs a function ({\"name\": ..., \"parameters\": ...})", "tools")
         for i, m in enumerate(self.messages):
-            if m.role in ("tool", "function") or m.tool_calls or m.function_call:
-                raise bad_request(f"messages.{i}: tool calls and their results need tools, which this server "
-                                  "does not support yet", "messages")
+            if m.role == "function" or m.function_call:
+                raise bad_request(f"messages.{i}: function messages and function_call (the older names) are not "
+                                  "supported: send tool messages and tool_calls", "messages")
             if m.audio is not None:
                 raise bad_request(f"messages.{i}.audio: audio is not supported", "messages")
 

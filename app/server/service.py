@@ -23,6 +23,7 @@ from queue import SimpleQueue
 from typing import Protocol
 
 from app.chat.format import ChatMessage, PromptFormat, TemplateRenderError, prompt_format_of, with_format_stops
+from app.chat.tools import tools_refusal
 from app.engine.controller import DraftController
 from app.engine.dflash import Engine
 from app.engine.draft_policy import DraftPolicy
@@ -67,6 +68,8 @@ class GenerationRequest:
     stream: bool = False
     include_usage: bool = False
     return_tokens: bool = False
+    tools: list[dict] = field(default_factory=list)  # CHAT: OpenAI's tool objects, for the template; the
+    # reply is then read for tool calls (app.chat.tools)
 
 
 @dataclass
@@ -263,7 +266,9 @@ class Job:
                            code="model_not_found", param="model")
         engine = model.engine
         if req.kind == CHAT:
-            text = model.format.render(req.messages, cancel=self.cancel)  # a client that goes away stops it
+            _check_tools(req, model.format)
+            # a client that goes away stops the rendering
+            text = model.format.render(req.messages, cancel=self.cancel, tools=req.tools or None)
             stop = with_format_stops(model.format.stop, req.stop)
         else:
             text, stop = req.prompt, list(req.stop)
@@ -308,6 +313,15 @@ class Job:
         r.finish_reason = reason
         self._service.end(self)
         self.send(Finished(reason, text, tokens, st.to_dict(), logprobs))
+
+
+def _check_tools(req: GenerationRequest, fmt: PromptFormat) -> None:
+    """A 400 for tools, tool calls or tool results that the model's chat template cannot take."""
+    if not (req.tools or any(m.role == "tool" or m.tool_calls for m in req.messages)):
+        return
+    why = tools_refusal(fmt)
+    if why is not None:
+        raise bad_request(f"tools cannot be used with this model: {why}", "tools" if req.tools else "messages")
 
 
 def _logprobs(engine: Engine, tokens: list[int], found: list[TokenLogprob]) -> list[Logprob]:
