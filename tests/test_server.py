@@ -344,7 +344,10 @@ def test_the_serve_command(served: Served) -> None:  # noqa: ARG001 - after the 
     """`flashdesk serve` as a user runs it: a free port, the bundled pair, Ctrl-C stops it."""
     cmd = [sys.executable, "-m", "app.cli", "serve", "--port", "0", "--threads", "1", "--ctx", str(N_CTX),
            "--api-key", KEY]
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=os.environ | {"PYTHONUNBUFFERED": "1"})
+    # SIGINT as a terminal leaves it: a test run started in the background (bash without job control)
+    # inherits SIGINT ignored, and Python then never turns Ctrl-C into KeyboardInterrupt
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=os.environ | {"PYTHONUNBUFFERED": "1"},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
     reader.start()
@@ -376,9 +379,10 @@ def test_serve_bench_on_a_tiny_run(capsys: pytest.CaptureFixture) -> None:
                  "--warmup", "0"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["draft_mode"] == SERVED_MODE and out["run"]["git_commit"]
-    assert sorted(r["arm"] for r in out["runs"]) == sorted(["direct", "server", "server-stream", "direct-again"] * 2)
+    assert sorted(r["arm"] for r in out["runs"]) == sorted(
+        ["direct", "server", "server-stream", "server-penalties", "direct-again"] * 2)
     s = out["summary"]
-    for arm in ("server", "server-stream", "direct-again"):
+    for arm in ("server", "server-stream", "server-penalties", "direct-again"):
         assert s[arm]["tokens_per_s"] > 0 and s[arm]["vs_direct"] > 0 and s[arm]["ttft_ms"] > 0
     assert s["noise_band"] == s["direct-again"]["vs_direct_p10_p90"]
     assert "stream_overhead_ms_per_chunk" in s and s["stream_chunks"] > 0

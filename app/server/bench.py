@@ -2,7 +2,8 @@
 streamed as server-sent events) against Engine.complete on the same prompt, the same draft mode
 (hybrid) and the same engine, interleaved: each repeat runs every arm once, in an order that
 rotates from repeat to repeat, each from empty caches. "direct-again" repeats the direct run: its
-ratio to "direct" is the machine's noise band. Also: the time to the first token, and the
+ratio to "direct" is the machine's noise band; "server-penalties" sends presence, frequency and
+repeat penalties (what they cost the server, against the same band). Also: the time to the first token, and the
 overhead per streamed chunk (the streamed reply's extra wall time over the direct run, per chunk).
 
 The client is http.client over one kept-alive connection (as the openai package keeps one), so
@@ -27,7 +28,10 @@ from app.server.config import ServerConfig
 from app.server.runner import BackgroundServer
 from app.server.service import SERVED_MODE, ServedModel, ThreadExecutor
 
-ARMS = ("direct", "server", "server-stream", "direct-again")
+ARMS = ("direct", "server", "server-stream", "server-penalties", "direct-again")
+# what the "server-penalties" arm sends on top (greedy still; the penalties change the text, and they take
+# the sampler off the C argmax: each row is adjusted in numpy first)
+PENALTIES = {"presence_penalty": 0.3, "frequency_penalty": 0.3, "repeat_penalty": 1.1}
 DEFAULT_PROMPT = "Write a Python function that checks whether a string is a palindrome, and explain it."
 
 
@@ -50,7 +54,8 @@ def bench(engine: Engine, policy: DraftPolicy, prompt: str, max_tokens: int = 12
                 if arm.startswith("direct"):
                     run = _direct(engine, policy, text, stop, max_tokens)
                 else:
-                    run = client.run(prompt, max_tokens, stream=arm == "server-stream")
+                    run = client.run(prompt, max_tokens, stream=arm == "server-stream",
+                                     extra=PENALTIES if arm == "server-penalties" else {})
                 run.update(arm=arm, repeat=r - warmup)
                 if r >= warmup:
                     runs.append(run)
@@ -96,8 +101,8 @@ class _Client:
     def close(self) -> None:
         self._conn.close()
 
-    def run(self, prompt: str, max_tokens: int, stream: bool) -> dict:
-        body = {"model": self._model, "max_tokens": max_tokens, "temperature": 0.0, "stream": stream}
+    def run(self, prompt: str, max_tokens: int, stream: bool, extra: dict) -> dict:
+        body = {"model": self._model, "max_tokens": max_tokens, "temperature": 0.0, "stream": stream, **extra}
         if self._raw:
             body["prompt"] = prompt
         else:
@@ -176,6 +181,6 @@ def summarize(runs: list[dict]) -> dict:
         out["stream_overhead_ms_per_chunk"] = round(statistics.median(per_chunk), 4)
         out["stream_chunks"] = statistics.median(r["chunks"] for r in stream.values())
     out["noise_band"] = out.get("direct-again", {}).get("vs_direct_p10_p90")
-    texts = {r["text"] for r in runs}
-    out["same_text"] = len(texts) == 1  # greedy: every arm should write the same reply
+    texts = {r["text"] for r in runs if r["arm"] != "server-penalties"}
+    out["same_text"] = len(texts) == 1  # greedy: every arm without penalties should write the same reply
     return out
