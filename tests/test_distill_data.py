@@ -15,7 +15,13 @@ torch = pytest.importorskip("torch")
 from app.distill.corpus import CorpusPrompt, HumanEvalGuard, offline_prompts  # noqa: E402
 from app.distill.dataset import TEXT_KINDS, DistillData, Sequence, pack  # noqa: E402
 from app.distill.generate import SIBLING, GenConfig, generate_dataset  # noqa: E402
-from app.distill.offline_text import OfflineDocument, man_pages, read_document  # noqa: E402
+from app.distill.offline_text import (  # noqa: E402
+    OfflineDocument,
+    load_documents,
+    man_pages,
+    read_document,
+    save_documents,
+)
 from app.distill.shards import from_bf16  # noqa: E402
 from app.distill.teacher_forced import LabelConfig, label_text  # noqa: E402
 from app.distill.train import make_batch  # noqa: E402
@@ -185,3 +191,10 @@ def test_offline_prompts_ask_about_a_numbered_source_as_docs_ask_does() -> None:
     for a in asks:
         assert f"{INSTRUCTIONS}\n\n[1] " in a and a.rstrip().endswith("Assistant:")
         assert "gcloud" not in a or sum("gcloud" in x for x in asks) <= 1
+
+
+def test_the_document_list_is_saved_as_it_was(tmp_path: Path) -> None:
+    """A text folder resumes by counting documents in its own list, not in today's machine."""
+    docs = _docs(tmp_path, 3)
+    save_documents(docs, tmp_path / "documents.jsonl")
+    assert load_documents(tmp_path / "documents.jsonl") == docs

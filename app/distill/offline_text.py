@@ -16,6 +16,7 @@ checked by the caller on each window it keeps).
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import random
 import re
@@ -131,3 +132,15 @@ def iter_texts(docs: list[OfflineDocument]) -> Iterator[tuple[OfflineDocument, s
         text = read_document(d)
         if text is not None:
             yield d, text
+
+
+def save_documents(docs: list[OfflineDocument], path: Path) -> None:
+    """The document list a text folder was labelled from: a resumed run counts documents in it."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(json.dumps({"id": d.id, "kind": d.kind, "path": str(d.path)}) + "\n" for d in docs))
+    tmp.rename(path)
+
+
+def load_documents(path: Path) -> list[OfflineDocument]:
+    rows = (json.loads(line) for line in path.read_text().splitlines() if line.strip())
+    return [OfflineDocument(r["id"], r["kind"], Path(r["path"])) for r in rows]

@@ -27,7 +27,7 @@ from app.distill.corpus import build_corpus, load_corpus, save_corpus
 from app.distill.dataset import DistillData, pack
 from app.distill.export import export_gguf
 from app.distill.generate import GenConfig, generate_dataset
-from app.distill.offline_text import offline_documents
+from app.distill.offline_text import load_documents, offline_documents, save_documents
 from app.distill.teacher_forced import LabelConfig, label_text
 from app.distill.train import TrainConfig, build_drafter, train
 from gguf_tools.reader import read_gguf
@@ -110,7 +110,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.stage == "generate":
             return 0
     if args.stage == "label":
-        docs = offline_documents()
+        docs_file = work / "documents.jsonl"
+        if docs_file.exists():
+            docs = load_documents(docs_file)
+        else:  # the list a text folder resumes by (installing a package changes what the machine holds)
+            docs = offline_documents()
+            work.mkdir(parents=True, exist_ok=True)
+            save_documents(docs, docs_file)
         say(f"offline text: {len(docs)} documents (Python sources, Debian documentation, man pages)")
         res = label_text(target, docs, text_dir, LabelConfig(tap_layers=gen_taps), progress=say,
                          stop_after_s=chunk_s)
