@@ -135,8 +135,9 @@ def test_rates_follow_the_cost_model() -> None:
 def test_lookup_acceptance_is_learned_apart_per_match(right: LookupMatch, wrong: LookupMatch) -> None:
     """Acceptance is tracked per match length and agreement: drafts right after 4-token matches (or
     n-grams always followed by the same token) and wrong after 1-token ones (or n-grams followed
-    by different tokens) are drafted only at the former."""
-    p = DraftController(cpu_costs(), (LOOKUP,), refresh_costs=False)
+    by different tokens) are drafted only at the former. (The estimates' learning, without the
+    caution gate: steps interleaved two by two put every probe on the same kind of match.)"""
+    p = DraftController(cpu_costs(), (LOOKUP,), refresh_costs=False, caution=0.0)
     good, bad = StepInfo(right, False), StepInfo(wrong, False)
     for _ in range(100):
         for step, passes in ((good, True), (bad, False)):
@@ -148,8 +149,9 @@ def test_lookup_acceptance_is_learned_apart_per_match(right: LookupMatch, wrong:
 
 def test_dflash_acceptance_is_learned_apart_where_the_lookup_has_nothing() -> None:
     """A drafter right where the text repeats (the lookup has a match, but a wrong one) and wrong
-    where it has none is drafted from at the matches only; plain decoding elsewhere."""
-    p = DraftController(cpu_costs(draft_ms=1.0), refresh_costs=False)
+    where it has none is drafted from at the matches only; plain decoding elsewhere. (The estimates,
+    ungated: interleaved steps put every probe on the same kind of step.)"""
+    p = DraftController(cpu_costs(draft_ms=1.0), refresh_costs=False, caution=0.0)
     matched = StepInfo(LookupMatch(1, (1,) * 8), has_drafter=True)
     unmatched = StepInfo(None, has_drafter=True)
     for _ in range(100):
@@ -292,7 +294,7 @@ def test_drafts_that_end_the_reply_learn_their_acceptance_apart() -> None:
     """A one-token mixed match that fails stops being drafted; the same match ending the reply at its
     stop string (where replies keep ending) goes on drafting the whole marker."""
     cost = CostModel(verify_s=[0.0] + [0.010 * (1 + 0.08 * n) for n in range(16)], draft_s=[0.0] * 16)
-    policy = DraftController(cost, (LOOKUP,), refresh_costs=False)
+    policy = DraftController(cost, (LOOKUP,), refresh_costs=False, caution=0.0)  # the estimates, ungated
     mixed = StepInfo(LookupMatch(1, (1, 2, 3), MIXED), has_drafter=False)
     ending = StepInfo(LookupMatch(1, (1, 2, 3), MIXED, ends_reply=True), has_drafter=False)
     for _ in range(20):
@@ -307,7 +309,7 @@ def test_a_replys_first_step_learns_its_lookup_apart() -> None:
     marker): when those fail, the controller stops drafting there, and keeps drafting lookups
     of the same match length later in the reply, where they pass."""
     cost = CostModel(verify_s=[0.0] + [0.010 * (1 + 0.08 * n) for n in range(16)], draft_s=[0.0] * 16)
-    policy = DraftController(cost, (LOOKUP,), refresh_costs=False)
+    policy = DraftController(cost, (LOOKUP,), refresh_costs=False, caution=0.0)  # the estimates, ungated
     match = LookupMatch(4, (1, 2, 3, 4, 5, 6, 7))
     first = StepInfo(lookup=match, has_drafter=False, first=True)
     later = StepInfo(lookup=match, has_drafter=False)

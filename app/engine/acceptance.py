@@ -36,6 +36,21 @@ class AcceptanceModel:
         """E(k) for k = 0..k_max."""
         return np.concatenate(([1.0], 1.0 + np.cumsum(np.cumprod(self.p))))
 
+    def expected_cautious(self, z: float) -> np.ndarray:
+        """E(k) for k = 0..k_max with each p[j] taken z standard errors low (a Beta posterior's over
+        the decayed steps behind it and the prior's pseudo-counts): what a draft is worth while few
+        steps back the estimate. A position never reached (a new model, a new reply) counts the
+        prior's weight only, so it is valued far below its mean; many steps bring it to the mean."""
+        p = self.p
+        n = self.tried + self.prior_weight
+        low = np.clip(p - z * np.sqrt(p * (1.0 - p) / (n + 1.0)), 0.0, 0.999)
+        return np.concatenate(([1.0], 1.0 + np.cumsum(np.cumprod(low))))
+
+    def forget(self, keep: float) -> None:
+        """Weigh what was seen so far by `keep` (a new reply: its text may not be like the last one's)."""
+        self.tried *= keep
+        self.acc *= keep
+
     def observe(self, k: int, accepted: int) -> None:
         """A step drafted k and `accepted` of them passed."""
         k = min(k, self.k_max)

@@ -11,8 +11,13 @@ seconds from the calibrated cost model (app.engine.calibration): the target
 pass over k+1 tokens at the step's context, the drafter pass and its injection call for DFlash
 only, a graph rebuild when the verify size changes. Rate = E / seconds.
 Plain decoding is a candidate, so speculation is never chosen when it does
-not pay; while it does not pay, a short probe now and then refreshes the
-estimates (drafting resumes when text becomes predictable again). The choice
+not pay: a draft is chosen only where it beats plain decoding with its
+acceptance taken `caution` standard errors low (few steps behind the
+estimate, a new reply, a source whose drafts keep failing: the gain must hold
+with the uncertainty, and at a long context, where a rejected draft's
+attention over the cache costs more, it must hold by more). While it does
+not pay, a short probe now and then refreshes the estimates (drafting
+resumes when text becomes predictable again). The choice
 is a pure function of the measurements: the same costs and the same observed
 steps give the same sequence of choices.
 
@@ -66,14 +71,27 @@ LOOKUP_FIRST_PRIOR = 0.25
 # replayed (scripts/lookup_replay.py, docs/bench/lookup-replay-cpu.json), whatever the match
 REPLY_END_PRIOR = 0.6
 DFLASH_PRIOR = 0.7
+# a draft must beat plain decoding with its acceptance this many standard errors low: a fresh DFlash
+# estimate (the prior alone) counts as 0.31, not 0.7, so an unproven drafter does not draft where a
+# rejected draft costs more than a plain step gains (issue 29: 0.78x plain at 3.8k cells, tau 1.21,
+# a 17-token answer); ten steps that all passed count as ~0.93
+CAUTION = 1.5
+# at a reply's first step what was learned counts this much: the new text may not be like the last
+REPLY_KEEP = 0.5
+# what a probe may cost beyond a plain step, as a share of it, at the probe_every spacing (a DFlash probe
+# of 2 at a chat's context here: ~0.45); a dearer one is spaced out in proportion
+PROBE_REF = 0.5
 
 
 class DraftController:
     def __init__(self, cost: CostModel, sources: tuple[str, ...] = (LOOKUP, DFLASH), dflash_k_max: int = 15,
                  lookup_k_max: int = LOOKUP_K_MAX, prior_weight: float = 2.0, decay: float = 0.9,
                  probe_every: int = 8, probe_max_gap: int = 64, probe_k: int = 2,
-                 refresh_costs: bool = True, use_confidence: bool = False):
+                 refresh_costs: bool = True, use_confidence: bool = False,
+                 caution: float = CAUTION, reply_keep: float = REPLY_KEEP):
         self.cost = cost
+        self.caution = caution
+        self.reply_keep = reply_keep
         self.sources = tuple(sources)
         n_max = len(cost.verify_s) - 2  # the longest draft the costs cover
         self.dflash_k_max = max(0, min(dflash_k_max, n_max, len(cost.draft_s) - 1)) if DFLASH in sources else 0
@@ -118,38 +136,54 @@ class DraftController:
         return max(self.dflash_k_max, self.lookup_k_max)
 
     def candidates(self, step: StepInfo) -> list[tuple[float, float, Choice]]:
-        """(rate, expected seconds, choice) of every candidate, plain first: each source's rates
-        for all k in one numpy pass (this runs every step, plain ones included)."""
+        """(rate, expected seconds, choice) of every candidate, plain first, at the mean acceptance."""
+        return [(r, t, ch) for r, _, t, ch in self._rates(step)]
+
+    def _rates(self, step: StepInfo) -> list[tuple[float, float, float, Choice]]:
+        """(rate, cautious rate, expected seconds, choice) of every candidate, plain first: each
+        source's rates for all k in one numpy pass (this runs every step, plain ones included)."""
         c = self.cost
         ctx = step.n_past
-        out = [(1.0 / t, t, PLAIN_STEP) for t in
+        out = [(1.0 / t, 1.0 / t, t, PLAIN_STEP) for t in
                [float(c.step_times(False, np.ones(1), self._last_n, False, ctx)[0])]]
         if self.lookup_k_max and step.lookup is not None:
             kk = min(self.lookup_k_max, len(step.lookup.tokens))
-            e = self._lookup_model(step).expected()[:kk + 1]
+            model = self._lookup_model(step)
+            e, low = model.expected()[:kk + 1], model.expected_cautious(self.caution)[:kk + 1]
             t = c.step_times(False, e, self._last_n, False, ctx)
-            out += [(e[k] / t[k], float(t[k]), Choice(LOOKUP, k)) for k in range(1, kk + 1)]
+            out += [(e[k] / t[k], low[k] / t[k], float(t[k]), Choice(LOOKUP, k)) for k in range(1, kk + 1)]
         if self.dflash_k_max and step.has_drafter:
-            e = self._dflash_model(step).expected()
+            model = self._dflash_model(step)
+            e, low = model.expected(), model.expected_cautious(self.caution)
             t = c.step_times(True, e, self._last_n, step.pending_rows > 0, ctx)
-            out += [(e[k] / t[k], float(t[k]), Choice(DFLASH, k)) for k in range(1, self.dflash_k_max + 1)]
+            out += [(e[k] / t[k], low[k] / t[k], float(t[k]), Choice(DFLASH, k))
+                    for k in range(1, self.dflash_k_max + 1)]
         return out
 
     def choose(self, step: StepInfo) -> Choice:
-        cands = self.candidates(step)
-        best = max(range(len(cands)), key=lambda i: (cands[i][0], -i))  # ties go to the earlier candidate
+        if step.first and self.reply_keep < 1.0:
+            for m in self._text_models():
+                m.forget(self.reply_keep)
+        rates = self._rates(step)
+        cands = [(r, t, ch) for r, _, t, ch in rates]
+        # the best draft (by mean rate) among those whose cautious rate beats plain decoding; else plain
+        sure = [i for i in range(1, len(rates)) if rates[i][1] > rates[0][0]]
+        best = max(sure, key=lambda i: (rates[i][0], -i), default=0)  # ties go to the earlier candidate
         _, t, choice = cands[best]
         self._probing = False
         if choice.k == 0 and len(cands) > 1:
             self._plain_streak += 1
-            if self._plain_streak >= self._gap:
-                # a probe: probe_k drafts (or the lookup's whole match, if shorter) from the more
-                # promising source
+            # a probe: probe_k drafts (or the lookup's whole match, if shorter) from the more
+            # promising source; one that costs more than PROBE_REF of a plain step (a long context)
+            # waits as many more plain steps, so that failed probes cost a short reply no more
+            longest = {x[2].source: x[2].k for x in cands[1:]}
+            spec = [x for x in cands[1:] if x[2].k == min(max(1, self.probe_k), longest[x[2].source])]
+            _, t_probe, probe = max(spec, key=lambda x: x[0])
+            extra = (t_probe - cands[0][1]) / cands[0][1]
+            if self._plain_streak >= self._gap * max(1.0, extra / PROBE_REF):
                 self._plain_streak = 0
                 self._probing = True
-                longest = {x[2].source: x[2].k for x in cands[1:]}
-                spec = [x for x in cands[1:] if x[2].k == min(max(1, self.probe_k), longest[x[2].source])]
-                _, t, choice = max(spec, key=lambda x: x[0])
+                t, choice = t_probe, probe
         else:
             self._plain_streak = 0
         self._last_lookup = self._lookup_model(step)
@@ -185,9 +219,15 @@ class DraftController:
         if self._probing:
             # a probe whose drafts all passed, or after which drafting pays again, brings the next
             # probe closer; a partial one after which plain decoding is still best pushes it away
-            # (probing every few steps in text no source knows costs a few % of plain speed)
-            promising = accepted == k or self._drafting_pays(choice.source)
-            self._gap = self.probe_every if promising else min(self._gap * 2, self.probe_max_gap)
+            # (probing every few steps in text no source knows costs a few % of plain speed); one whose
+            # drafts all passed is followed by another at once, while they pass: drafts the cautious
+            # estimate does not trust yet are proven by probes, and text turned predictable is found
+            if accepted == k:
+                self._gap = 1
+            elif self._drafting_pays(choice.source):
+                self._gap = self.probe_every
+            else:
+                self._gap = min(max(self._gap, self.probe_every) * 2, self.probe_max_gap)
         switched = k + 1 != self._last_n
         self._last_n = k + 1
         if not switched:  # a rebuild step's time is not the size's cost
@@ -207,19 +247,22 @@ class DraftController:
             return self.lookup_end
         return self.lookup[step.lookup.agreement][min(step.lookup.n, DEFAULT_MAX_N)]
 
+    def _text_models(self) -> list[AcceptanceModel]:
+        """The acceptance models of the text (not of a reply's first step or its end), each once."""
+        models = [self.dflash] + ([self.dflash_unmatched] if self.dflash_unmatched is not self.dflash else [])
+        return models + [m for row in self.lookup for m in row]
+
     def _dflash_model(self, step: StepInfo) -> AcceptanceModel:
         return self.dflash if step.lookup is not None else self.dflash_unmatched
 
     def _drafting_pays(self, source: str) -> bool:
-        """Whether some draft of `source` now beats plain decoding (no switch cost counted)."""
+        """Whether some draft of `source` now beats plain decoding, cautiously (no switch cost counted)."""
         c = self.cost
-        if source == DFLASH:
-            e = self._last_dflash.expected()
-            t = c.step_times(True, e, None, True, self._last_ctx)
-        else:
-            e = self._last_lookup.expected()
-            t = c.step_times(False, e, None, False, self._last_ctx)
-        r = e / t
+        model = self._last_dflash if source == DFLASH else self._last_lookup
+        e = model.expected()
+        t = c.step_times(source == DFLASH, e, None, source == DFLASH, self._last_ctx)
+        r = model.expected_cautious(self.caution) / t
+        r[0] = 1.0 / t[0]
         return bool(r[1:].max(initial=0.0) > r[0])
 
 
