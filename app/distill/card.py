@@ -13,7 +13,8 @@ from app.distill.dataset import TEXT_KINDS
 
 def write_card(out_gguf: Path, target: Path, ckpt_dir: Path, data_meta: dict, n_sequences: int,
                n_response_tokens: int, kinds: dict[str, int], train_minutes: float, gen_seconds: float | None,
-               argv: list[str], bench: dict | None = None) -> Path:
+               argv: list[str], bench: dict | None = None, warm_start: tuple[str, int] | None = None) -> Path:
+    """warm_start: (the drafter training started from, the labelled tokens it had been trained on)."""
     hist = json.loads((ckpt_dir / "history.json").read_text())
     cfg, history = hist["config"], hist["history"]
     last = history[-1]
@@ -46,7 +47,9 @@ def write_card(out_gguf: Path, target: Path, ckpt_dir: Path, data_meta: dict, n_
         "",
         "## Model",
         "",
-        f"- {cfg['n_layer']} Gemma-shaped layers (initialised from the target's last layers), fc over "
+        f"- {cfg['n_layer']} Gemma-shaped layers ("
+        + (f"trained on from `{warm_start[0]}` ({warm_start[1]:,} labelled tokens before these), its weights and "
+           "draft vocabulary" if warm_start else "initialised from the target's last layers") + "), fc over "
         f"{len(data_meta['tap_layers'])} tapped layers, draft vocabulary {cfg['draft_vocab']} tokens (d2t), "
         f"block size {cfg['block_size']}, mask token = the target's `<mask>`.",
         "",

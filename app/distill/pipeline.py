@@ -5,7 +5,11 @@ an interruption): build the prompt corpus, let the target write responses
 (data/), label offline text with the target (text/, `--stage label`), pack
 the chosen tap layers of the chosen sources (packed-*/), train (ckpt-*/),
 export the GGUF. `--chunk-minutes` makes generate and label runs that end on
-time and resume where they stopped. Defaults scale with the target: drafter layers 1 (< 1B parameters),
+time and resume where they stopped. `--warm-start D.gguf` trains on from a
+drafter (its draft vocabulary and weights; e.g. the shipped one), so a new
+session's data adds to what an earlier one taught. `--stage curve --drafter
+D.gguf` adds a drafter's point to the learning curve (app.distill.curve).
+Defaults scale with the target: drafter layers 1 (< 1B parameters),
 2 (< 4B) or 5, five tap layers spread DFlash-style and ending at the
 deepest layer input.
 """
@@ -24,8 +28,9 @@ import torch
 from app.bench.info import run_info
 from app.distill.card import write_card
 from app.distill.corpus import build_corpus, load_corpus, save_corpus
+from app.distill.curve import add_point, measure, plot_curve, without_heldout
 from app.distill.dataset import DistillData, pack
-from app.distill.export import export_gguf
+from app.distill.export import export_gguf, load_drafter_gguf
 from app.distill.generate import GenConfig, generate_dataset
 from app.distill.offline_text import load_documents, offline_documents, save_documents
 from app.distill.teacher_forced import LabelConfig, label_text
@@ -47,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="flashdesk distill", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", required=True)
-    ap.add_argument("--out", required=True, help="drafter GGUF to write")
+    ap.add_argument("--out", help="drafter GGUF to write (train, export, all)")
     ap.add_argument("--work", help="working folder (default: ~/.cache/flashdesk/distill/<target name>)")
     ap.add_argument("--device", default="cpu", help="torch device for training: cpu or cuda")
     ap.add_argument("--prompts", type=int, default=3400,
@@ -66,9 +71,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gamma", type=float, default=7.0)
     ap.add_argument("--kl-weight", type=float, default=0.5)
     ap.add_argument("--max-steps", type=int, default=None)
-    ap.add_argument("--stage", default="all", choices=["all", "generate", "label", "train", "export"],
+    ap.add_argument("--seed", type=int, default=0, help="the corpus's draw (a new work folder with a new seed: "
+                                                         "new prompts for a warm-started run)")
+    ap.add_argument("--warm-start", help="train on from this drafter GGUF (its weights and draft vocabulary)")
+    ap.add_argument("--prior-tokens", type=int, default=None,
+                    help="labelled tokens the --warm-start or --drafter file was trained on, when it does not say")
+    ap.add_argument("--drafter", help="curve: the drafter GGUF to measure")
+    ap.add_argument("--curve", default="docs/bench/distill-curve-cpu.json",
+                    help="curve: the learning-curve JSON to add the point to (the plot is written next to it)")
+    ap.add_argument("--stage", default="all", choices=["all", "generate", "label", "train", "export", "curve"],
                     help="generate: the target's replies (data/); label: the target's labels over offline text "
-                         "(text/); all: generate, then train and export")
+                         "(text/); all: generate, then train and export; curve: a drafter's held-out point")
     ap.add_argument("--chunk-minutes", type=float, default=None,
                     help="generate/label: stop after this many minutes (re-run to resume)")
     ap.add_argument("--json", help="generate/label: write the run's result (what it made, how fast) here")
@@ -91,6 +104,18 @@ def main(argv: list[str] | None = None) -> int:
     data_dir = work / "data"
     text_dir = work / "text"
     chunk_s = args.chunk_minutes * 60 if args.chunk_minutes is not None else None
+    if args.stage == "curve":
+        if not args.drafter:
+            ap.error("--stage curve needs --drafter")
+        point = measure(Path(args.drafter).expanduser(), target, work, args.prior_tokens, progress=say)
+        curve_json = Path(args.curve)
+        curve = add_point(curve_json, point)
+        plot_curve(curve, curve_json.with_suffix(".png"))
+        say(f"curve point: {json.dumps({k: point[k] for k in ('tokens', 'tau_k3', 'tau_block', 'tau_by_kind')})}; "
+            f"{len(curve['points'])} points in {curve_json}")
+        return 0
+    if not args.out:
+        ap.error(f"--stage {args.stage} needs --out")
     if args.stage in ("all", "generate"):
         corpus_file = work / "corpus.jsonl"
         if corpus_file.exists():
@@ -98,10 +123,12 @@ def main(argv: list[str] | None = None) -> int:
         else:
             n_code, n_docs = int(args.prompts * args.code_share), int(args.prompts * args.docs_share)
             say("building the prompt corpus (reads the installed Python sources and renders man pages: minutes)")
-            corpus = build_corpus(n_code=n_code, n_chat=args.prompts - n_code - n_docs, n_docs=n_docs)
+            corpus = build_corpus(n_code=n_code, n_chat=args.prompts - n_code - n_docs, n_docs=n_docs, seed=args.seed)
             work.mkdir(parents=True, exist_ok=True)
             save_corpus(corpus, corpus_file)
-        say(f"corpus: {len(corpus)} prompts ({corpus_file}; HumanEval and the bench's prompts excluded)")
+        corpus = without_heldout(corpus)
+        say(f"corpus: {len(corpus)} prompts ({corpus_file}; HumanEval, the bench's prompts and the learning "
+            "curve's held-out prompts excluded)")
         res = generate_dataset(target, corpus, data_dir, GenConfig(
             tap_layers=gen_taps, n_parallel=args.parallel, max_new_tokens=args.max_new_tokens), progress=say,
             stop_after_s=chunk_s)
@@ -137,10 +164,22 @@ def main(argv: list[str] | None = None) -> int:
     cfg = TrainConfig(n_layer=n_layers, draft_vocab=args.draft_vocab, epochs=args.epochs,
                       anchors_per_seq=args.anchors, lr=args.lr, gamma=args.gamma, kl_weight=args.kl_weight,
                       max_steps=args.max_steps, holdout=min(48, max(2, len(data) // 10)), device=args.device)
-    model = build_drafter(target, data, cfg)
+    prior = 0
+    if args.warm_start:
+        model, prior = load_drafter_gguf(Path(args.warm_start).expanduser(), target)
+        prior = prior if prior is not None else args.prior_tokens
+        if prior is None:
+            ap.error(f"{args.warm_start} does not say how many tokens it was trained on: pass --prior-tokens")
+        if list(model.c.target_layers) != taps:
+            ap.error(f"{args.warm_start} reads taps {model.c.target_layers}; pass --taps "
+                     f"{','.join(map(str, model.c.target_layers))}")
+        cfg.n_layer, cfg.draft_vocab = model.c.n_layer, len(model.d2t)
+    else:
+        model = build_drafter(target, data, cfg)
+    n_data_tokens = int((data.lengths - data.n_prompt).sum())
     say(f"{len(data)} sequences; drafter {model.trainable_parameters() / 1e6:.1f}M trainable parameters, "
         f"draft vocabulary {len(model.d2t)}")
-    ckpt = work / f"ckpt-L{n_layers}-{tag}"
+    ckpt = work / (f"ckpt-L{cfg.n_layer}-{tag}" + ("-warm" if args.warm_start else ""))
     t0 = time.time()
     if args.stage in ("all", "train"):
         state = train(model, data, cfg, ckpt, progress=say)
@@ -148,12 +187,13 @@ def main(argv: list[str] | None = None) -> int:
     else:
         ck = torch.load(ckpt / "last.pt", weights_only=False)
         model.load_state_dict(ck["model"])
-    out = export_gguf(model, target, args.out, dtype=args.dtype)
+    out = export_gguf(model, target, args.out, dtype=args.dtype, tokens=prior + n_data_tokens)
     say(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB) in {(time.time() - t0) / 60:.1f} min")
     hist = json.loads((ckpt / "history.json").read_text())["history"]
-    card = write_card(out, target, ckpt, data.meta, len(data), int((data.lengths - data.n_prompt).sum()),
+    card = write_card(out, target, ckpt, data.meta, len(data), n_data_tokens,
                       dict(Counter(data.kinds.tolist())), float(hist[-1].get("minutes", 0.0)),
-                      data.meta.get("generation_seconds"), list(argv if argv is not None else sys.argv[1:]))
+                      data.meta.get("generation_seconds"), list(argv if argv is not None else sys.argv[1:]),
+                      warm_start=(Path(args.warm_start).name, prior) if args.warm_start else None)
     say(f"wrote {card}")
     return 0
 

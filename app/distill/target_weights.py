@@ -30,6 +30,13 @@ class TargetWeights:
         a = np.ascontiguousarray(a, dtype=np.float32)
         return a if a.flags.writeable else a.copy()  # F32 tensors come back as read-only views of the file
 
+    def integers(self, name: str) -> np.ndarray:
+        """An integer tensor (a drafter's d2t), as int64."""
+        t = self._by_name.get(name)
+        if t is None:
+            raise KeyError(f"{self.path}: no tensor {name!r}")
+        return np.array(t.data, dtype=np.int64).reshape(-1)
+
     def token_embd(self) -> np.ndarray:
         return self.get("token_embd.weight")
 

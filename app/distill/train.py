@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from app.distill.dataset import TEXT_KINDS, DistillData, Sequence
+from app.distill.export import LAYER_TENSORS
 from app.distill.model import Drafter, DrafterConfig
 from app.distill.target_weights import TargetWeights
 from gguf_tools.reader import read_gguf
@@ -108,14 +109,10 @@ def init_from_target(model: Drafter, tw: TargetWeights, n_layer_target: int) -> 
     """Layers <- the target's last layers; fc <- identity on the deepest tap;
     hidden_norm <- that layer's attn_norm; output_norm <- the target's."""
     c = model.c
-    names = {"attn_norm": "attn_norm", "wq": "attn_q", "wk": "attn_k", "wv": "attn_v", "wo": "attn_output",
-             "q_norm": "attn_q_norm", "k_norm": "attn_k_norm", "ffn_norm": "ffn_norm", "gate": "ffn_gate",
-             "up": "ffn_up", "down": "ffn_down", "attn_post_norm": "post_attention_norm",
-             "ffn_post_norm": "post_ffw_norm"}
     first = n_layer_target - c.n_layer
     with torch.no_grad():
         for i, layer in enumerate(model.layers):
-            for attr, gname in names.items():
+            for attr, gname in LAYER_TENSORS.items():
                 mod = getattr(layer, attr)
                 if mod is None:
                     continue
@@ -202,10 +199,10 @@ def block_loss(model: Drafter, seq: Sequence, batch: dict, cfg: TrainConfig) -> 
 def evaluate(model: Drafter, data: DistillData, idx: list[int], cfg: TrainConfig) -> dict:
     """Held-out loss, and the acceptance a greedy verifier would give: at
     every response position of greedy sequences, draft a 16-block and count
-    the matching prefix (tau = 1 + accepted)."""
+    the matching prefix (tau = 1 + accepted; tau_k3: the same with drafts of 3)."""
     model.eval()
     rng = np.random.default_rng(0)
-    losses, taus = [], []
+    losses, taus, taus_k3 = [], [], []
     by_kind: dict[str, list[float]] = {}
     acc_pos = np.zeros(cfg.block_size - 1)
     n_pos = np.zeros(cfg.block_size - 1)
@@ -227,6 +224,7 @@ def evaluate(model: Drafter, data: DistillData, idx: list[int], cfg: TrainConfig
         run = np.cumprod(match, axis=1)
         acc = run.sum(1)
         taus.extend((1 + acc).tolist())
+        taus_k3.extend((1 + np.minimum(acc, 3)).tolist())
         by_kind.setdefault(seq.kind, []).extend((1 + acc).tolist())
         for k in range(cfg.block_size - 1):
             reach = run[:, k - 1] if k > 0 else np.ones(len(acc), bool)
@@ -235,6 +233,7 @@ def evaluate(model: Drafter, data: DistillData, idx: list[int], cfg: TrainConfig
             acc_pos[k] += (match[:, k] & sel).sum()
     model.train()
     return {"loss": float(np.mean(losses)) if losses else 0.0, "tau": float(np.mean(taus)) if taus else 0.0,
+            "tau_k3": float(np.mean(taus_k3)) if taus_k3 else 0.0, "positions": len(taus),
             "tau_by_kind": {k: round(float(np.mean(v)), 4) for k, v in sorted(by_kind.items())},
             "accept_rate_by_pos": np.round(acc_pos / np.maximum(n_pos, 1), 4).tolist()}
 

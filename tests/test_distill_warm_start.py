@@ -1,0 +1,100 @@
+"""Training goes on from a drafter file (a warm start), and the learning curve
+measures drafter files on a fixed held-out set: tiny targets, seconds."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from app.distill.corpus import CorpusPrompt, save_corpus  # noqa: E402
+from app.distill.curve import add_point, measure, plot_curve, without_heldout  # noqa: E402
+from app.distill.export import export_gguf, load_drafter_gguf  # noqa: E402
+from app.distill.generate import GenConfig, generate_dataset  # noqa: E402
+from gguf_tools.synth import TinyShape, write_tiny_target  # noqa: E402
+from tests.test_distill_parity import _random_drafter  # noqa: E402
+from tests.test_distill_pipeline import WORDS  # noqa: E402
+
+
+def _prompts(n: int, seed: int) -> list[CorpusPrompt]:
+    rng = random.Random(seed)
+    return [CorpusPrompt(f"p{seed}-{i}", "code", " ".join(rng.choice(WORDS) for _ in range(6)), "raw")
+            for i in range(n)]
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+def test_a_drafter_file_loads_back_as_the_model_it_was_written_from(dtype: str, tmp_path: Path) -> None:
+    target = write_tiny_target(tmp_path / "t.gguf", "gemma3", seed=5)
+    model = _random_drafter(target, gemma=True)
+    out = export_gguf(model, target, tmp_path / "d.gguf", dtype=dtype, tokens=123_456)
+    back, tokens = load_drafter_gguf(out, target)
+    assert tokens == 123_456
+    # the file keeps eps as float32 and the target's context length
+    assert {**back.c.to_dict(), "rms_eps": 0, "n_ctx": 0} == {**model.c.to_dict(), "rms_eps": 0, "n_ctx": 0}
+    assert back.c.rms_eps == pytest.approx(model.c.rms_eps)
+    assert torch.equal(back.d2t, model.d2t) and torch.equal(back.head, model.head)
+    theirs = dict(back.named_parameters())
+    for name, p in model.named_parameters():
+        want = p.half().float() if dtype == "f16" and p.ndim == 2 and name != "fc.weight" else p
+        assert torch.equal(theirs[name], want), name
+
+
+def test_a_file_that_is_not_a_drafter_is_named(tmp_path: Path) -> None:
+    target = write_tiny_target(tmp_path / "t.gguf", "qwen3", seed=1)
+    with pytest.raises(ValueError, match="t.gguf.*not a DFlash drafter"):
+        load_drafter_gguf(target, target)
+
+
+def test_warm_started_training_starts_from_the_file_and_counts_its_tokens(tmp_path: Path) -> None:
+    from app.cli import main
+
+    target = write_tiny_target(tmp_path / "target.gguf", "gemma3", TinyShape(n_layer=4), seed=4)
+    work = tmp_path / "work"
+    generate_dataset(target, _prompts(12, 1), work / "data",
+                     GenConfig(tap_layers=[1, 2, 3], n_parallel=4, max_new_tokens=16, siblings=False))
+    first = tmp_path / "first.gguf"
+    base = ["distill", "--target", str(target), "--work", str(work), "--stage", "train", "--taps", "1,3",
+            "--draft-vocab", "40", "--epochs", "1", "--anchors", "4", "--max-steps", "4",
+            "--lr", "5e-3", "--dtype", "f32"]
+    assert main([*base, "--out", str(first)]) == 0
+    m1, t1 = load_drafter_gguf(first, target)
+    assert t1 and t1 > 0  # the data's reply tokens
+
+    second = tmp_path / "second.gguf"
+    assert main([*base, "--out", str(second), "--warm-start", str(first)]) == 0
+    m2, t2 = load_drafter_gguf(second, target)
+    assert t2 == 2 * t1  # the same data again: its tokens counted on top of the first file's
+    assert torch.equal(m2.d2t, m1.d2t)  # the draft vocabulary carried over
+    hist = json.loads((work / "ckpt-L1-1-3-warm" / "history.json").read_text())["history"]
+    cold = json.loads((work / "ckpt-L1-1-3" / "history.json").read_text())["history"]
+    # before its first step the warm run measures the first file's model, not a fresh one
+    assert hist[0]["loss"] == pytest.approx(cold[-1]["loss"], rel=1e-5)
+    assert hist[0]["loss"] != pytest.approx(cold[0]["loss"], rel=1e-2)
+
+
+def test_the_curve_measures_a_drafter_on_the_held_out_prompts(tmp_path: Path) -> None:
+    target = write_tiny_target(tmp_path / "t.gguf", "gemma3", TinyShape(n_layer=4), seed=4)
+    held = tmp_path / "held.jsonl"
+    save_corpus(_prompts(3, 7), held)
+    corpus = _prompts(3, 7)[:2] + _prompts(4, 8)
+    assert len(without_heldout(corpus, held)) == 4  # the held-out texts never reach training
+
+    model = _random_drafter(target, gemma=True)
+    drafter = export_gguf(model, target, tmp_path / "d.gguf", dtype="f32")
+    with pytest.raises(ValueError, match="--prior-tokens"):
+        measure(drafter, target, tmp_path / "work", prompts_file=held, progress=lambda m: None)
+    point = measure(drafter, target, tmp_path / "work", prior_tokens=1000, prompts_file=held, progress=lambda m: None)
+    assert point["tokens"] == 1000 and point["sequences"] == 3 and point["positions"] > 0
+    assert 1.0 <= point["tau_k3"] <= 4.0 and point["tau_k3"] <= point["tau_block"] <= 8.0
+    assert len(point["accept_rate_by_pos"]) == 7
+
+    curve_json = tmp_path / "curve.json"
+    add_point(curve_json, point)
+    add_point(curve_json, {**point, "tokens": 2000, "drafter_sha256": "other"})
+    curve = add_point(curve_json, point)  # measured again: replaces its point
+    assert [p["tokens"] for p in curve["points"]] == [1000, 2000]
+    assert plot_curve(curve, tmp_path / "curve.png").stat().st_size > 10_000
