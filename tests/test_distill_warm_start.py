@@ -98,3 +98,26 @@ def test_the_curve_measures_a_drafter_on_the_held_out_prompts(tmp_path: Path) ->
     curve = add_point(curve_json, point)  # measured again: replaces its point
     assert [p["tokens"] for p in curve["points"]] == [1000, 2000]
     assert plot_curve(curve, tmp_path / "curve.png").stat().st_size > 10_000
+
+
+def test_bf16_autocast_trains_and_exports_a_drafter_llama_cpp_loads(tmp_path: Path) -> None:
+    from app.cli import main
+    from app.engine.dflash import Engine, EngineConfig
+    from app.engine.params import GenerationParams
+
+    target = write_tiny_target(tmp_path / "target.gguf", "gemma3", TinyShape(n_layer=4), seed=4)
+    work = tmp_path / "work"
+    generate_dataset(target, _prompts(12, 2), work / "data",
+                     GenConfig(tap_layers=[1, 3], n_parallel=4, max_new_tokens=16, siblings=False))
+    out = tmp_path / "d.gguf"
+    assert main(["distill", "--target", str(target), "--work", str(work), "--stage", "train", "--taps", "1,3",
+                 "--draft-vocab", "40", "--epochs", "2", "--anchors", "8", "--lr", "5e-3", "--bf16",
+                 "--block-lengths", "8", "--block-probs", "1", "--out", str(out)]) == 0
+    hist = json.loads((work / "ckpt-L1-1-3" / "history.json").read_text())
+    assert hist["config"]["bf16"] and hist["config"]["block_lengths"] == [8]
+    assert hist["history"][-1]["loss"] < hist["history"][0]["loss"]
+    e = Engine(target, out, EngineConfig(n_ctx=512))
+    p = e.tokenize("the cat sat on the mat")
+    plain = [t for ev in e.generate(p, GenerationParams(max_tokens=24, speculative=False)) for t in ev.tokens]
+    assert [t for ev in e.generate(p, GenerationParams(max_tokens=24)) for t in ev.tokens] == plain
+    e.close()

@@ -71,6 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gamma", type=float, default=7.0)
     ap.add_argument("--kl-weight", type=float, default=0.5)
     ap.add_argument("--max-steps", type=int, default=None)
+    ap.add_argument("--block-lengths", default="16,8,4", help="block lengths drawn in training (comma list)")
+    ap.add_argument("--block-probs", default="0.5,0.3,0.2", help="their probabilities (comma list)")
+    ap.add_argument("--bf16", action="store_true", help="train with bfloat16 autocast (master weights f32)")
     ap.add_argument("--seed", type=int, default=0, help="the corpus's draw (a new work folder with a new seed: "
                                                          "new prompts for a warm-started run)")
     ap.add_argument("--warm-start", help="train on from this drafter GGUF (its weights and draft vocabulary)")
@@ -163,7 +166,10 @@ def main(argv: list[str] | None = None) -> int:
     data = DistillData(packed)
     cfg = TrainConfig(n_layer=n_layers, draft_vocab=args.draft_vocab, epochs=args.epochs,
                       anchors_per_seq=args.anchors, lr=args.lr, gamma=args.gamma, kl_weight=args.kl_weight,
-                      max_steps=args.max_steps, holdout=min(48, max(2, len(data) // 10)), device=args.device)
+                      max_steps=args.max_steps, bf16=args.bf16,
+                      block_lengths=[int(x) for x in args.block_lengths.split(",")],
+                      block_probs=[float(x) for x in args.block_probs.split(",")],
+                      holdout=min(48, max(2, len(data) // 10)), device=args.device)
     prior = 0
     if args.warm_start:
         model, prior = load_drafter_gguf(Path(args.warm_start).expanduser(), target)

@@ -58,6 +58,7 @@ class TrainConfig:
     seed: int = 0
     threads: int = 0
     device: str = "cpu"  # torch device: cpu or cuda
+    bf16: bool = False  # bfloat16 autocast of the forward pass (AVX-512-BF16 CPUs, GPUs); master weights stay f32
 
 
 def bf16_to_tensor(bits: np.ndarray) -> torch.Tensor:
@@ -168,7 +169,7 @@ def block_loss(model: Drafter, seq: Sequence, batch: dict, cfg: TrainConfig) -> 
     b1 = labels.shape[1]
     w = torch.exp(-torch.arange(b1, dtype=torch.float32, device=dev) / cfg.gamma)[None, :].expand_as(labels)
     mask = labels >= 0
-    logp = F.log_softmax(logits, dim=-1)
+    logp = F.log_softmax(logits.float(), dim=-1)  # in f32 under bf16 autocast too
     ce = -logp.gather(-1, labels.clamp(min=0)[..., None])[..., 0]
     wsum = (w * mask).sum().clamp(min=1e-6)
     loss_ce = (ce * w * mask).sum() / wsum
@@ -289,8 +290,9 @@ def train(model: Drafter, data: DistillData, cfg: TrainConfig, ckpt_dir: Path,
                 b = make_batch(seq, model, cfg.anchors_per_seq, block, rng)
                 if b is None:
                     continue
-                loss, m = block_loss(model, seq, b, cfg)
-                (loss / cfg.seqs_per_step).backward()
+                with torch.autocast(cfg.device.split(":")[0], dtype=torch.bfloat16, enabled=cfg.bf16):
+                    loss, m = block_loss(model, seq, b, cfg)
+                (loss.float() / cfg.seqs_per_step).backward()
                 for k in ("ce", "kl", "top1"):
                     run[k] += m[k]
                 run["n"] += 1
