@@ -64,7 +64,8 @@ def tap_architectures() -> tuple[str, ...] | None:
         return None
 
 
-__all__ = ["MAX_BLOCK", "MIN_BLOCK", "PairCheck", "PairReport", "check_pair", "tap_architectures"]
+__all__ = ["MAX_BLOCK", "MIN_BLOCK", "PairCheck", "PairReport", "check_draft_model", "check_pair",
+           "tap_architectures"]
 _TOKENIZER_KEYS = ("tokenizer.ggml.model", "tokenizer.ggml.pre")
 _TOKENIZER_ARRAYS = ("tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.token_type")
 
@@ -214,6 +215,29 @@ def check_pair(target: str | Path, drafter: str | Path,
         bad = validate.d2t_problems(d, t.n_vocab, "the target's")
         add(PairCheck("d2t", not bad, f"d2t maps {d.tensor('d2t').shape[0]:,} draft tokens into the target's "
                                       f"{t.n_vocab:,}" if not bad else bad[0]))
+    return rep
+
+
+def check_draft_model(target: str | Path, draft: str | Path) -> PairReport:
+    """Does a classic draft model fit a target: both load, and the draft model is a plain model
+    (not a DFlash drafter) with the target's token list, so that its greedy tokens are the
+    target's ids. Nothing else has to match (llama.cpp's draft-simple asks the same)."""
+    t = read_gguf(target)
+    d = read_gguf(draft)
+    rep = PairReport(str(t.path), str(d.path))
+    add = rep.checks.append
+    for label, info in (("target", t), ("draft model", d)):
+        bad = validate.model_problems(info)
+        add(PairCheck(f"{label.replace(' ', '_')}_metadata", not bad,
+                      f"the {label}'s metadata is in range ({info.path.name})" if not bad else
+                      f"the {label} {info.path.name} cannot be loaded: " + "; ".join(map(str, bad[:4]))))
+    if not rep.ok:
+        return rep
+    plain = d.arch != "dflash"
+    add(PairCheck("draft_model_architecture", plain,
+                  f"the draft model is a {excerpt(d.arch)} model with {d.n_layer} layers" if plain else
+                  "the file is a DFlash drafter: load it as the drafter (--drafter), not as a draft model"))
+    _check_tokenizer(t, d, add)
     return rep
 
 

@@ -42,7 +42,7 @@ from app.engine.params import GenerationParams
 
 # "plain-again" repeats plain decoding: its speedup over "plain" is the noise band of the machine;
 # the others are app.engine.controller's draft modes
-MODES = ("plain", "plain-again", "fixed", "lookup", "adaptive", "adaptive-conf", "hybrid")
+MODES = ("plain", "plain-again", "fixed", "lookup", "adaptive", "adaptive-conf", "hybrid", "draft-model")
 NEEDS_DRAFTER = ("fixed", "adaptive", "adaptive-conf")
 # peer modes (app.bench.peers) are named by family: upstream-plain, upstream-dflash[@K],
 # upstream-lookup[:TYPE][@K], upstream-chain[:T1+T2][@K], llama-cpp-python-lookup[@K]
@@ -185,6 +185,8 @@ def bench(engine: Engine, prompts: list[BenchPrompt], modes: list[str], max_toke
         modes = ["plain", *modes]
     if not engine.has_drafter and any(needs_drafter(m) for m in modes):
         raise ValueError(f"the modes {', '.join(m for m in modes if needs_drafter(m))} need a drafter")
+    if "draft-model" in modes and engine.draft_model is None:
+        raise ValueError("the draft-model mode needs a draft model (--draft-model)")
     ours = [m for m in modes if not peer_modes.is_peer(m)]
     rows = []
     t0 = time.time()

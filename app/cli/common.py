@@ -13,6 +13,8 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", help="target GGUF (default: the bundled Gemma 3 270M)")
     p.add_argument("--drafter", help="DFlash drafter GGUF (default: the bundled drafter with the bundled target)")
     p.add_argument("--no-drafter", action="store_true", help="load no drafter")
+    p.add_argument("--draft-model", help="a classic draft model GGUF sharing the target's vocabulary (a small "
+                                         "model of the same family; the draft-model and hybrid modes use it)")
     p.add_argument("--ctx", type=int, default=4096, help="context length (default 4096)")
     p.add_argument("--threads", type=int, default=0, help="CPU threads (default: all cores)")
     p.add_argument("--gpu", action="store_true", help="place the layers on the GPUs (the split planner's plan)")
@@ -21,7 +23,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
 def open_engine(args: argparse.Namespace) -> Engine:
     """The pair the options name, loaded the way the app loads it (session.models)."""
     spec = resolve_spec(args.target, args.drafter, args.no_drafter, n_ctx=args.ctx, n_threads=args.threads,
-                        device=DEVICE_GPU if args.gpu else DEVICE_CPU)
+                        device=DEVICE_GPU if args.gpu else DEVICE_CPU, draft_model=args.draft_model)
     return load_engine(spec)
 
 

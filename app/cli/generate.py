@@ -31,7 +31,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="hybrid (default, as the app): the context lookup, the DFlash drafter or plain decoding, "
                         "step by step, by expected tokens/s; adaptive: DFlash's draft length so chosen; "
                         "fixed: DFlash's block (or --draft-max) every step; lookup: the lookup's draft of "
-                        "--draft-max tokens; plain")
+                        "--draft-max tokens; draft-model: the --draft-model's drafts (k chosen step by step, or "
+                        "--draft-max every step); plain")
     g.add_argument("--draft-max", type=int, default=None,
                    help="draft length of the fixed and lookup modes (default: block size - 1; lookup 3)")
     g.add_argument("--json", action="store_true")

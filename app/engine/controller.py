@@ -37,6 +37,7 @@ from app.engine.acceptance import AcceptanceModel, expected_tokens
 from app.engine.calibration import CostModel, LoopTimes, calibrate
 from app.engine.draft_policy import (
     DFLASH,
+    DRAFT_MODEL,
     LOOKUP,
     LOOKUP_K_MAX,
     PLAIN_STEP,
@@ -71,6 +72,10 @@ LOOKUP_FIRST_PRIOR = 0.25
 # replayed (scripts/lookup_replay.py, docs/bench/lookup-replay-cpu.json), whatever the match
 REPLY_END_PRIOR = 0.6
 DFLASH_PRIOR = 0.7
+# a classic draft model's acceptance before any step: a same-family small model agrees with its target
+# on most greedy tokens (what it learns replaces this within a few steps)
+DRAFT_MODEL_PRIOR = 0.6
+DRAFT_MODEL_K_MAX = 8  # app.engine.sources.DRAFT_MODEL_K_MAX: its passes run one after another
 # a draft must beat plain decoding with its acceptance this many standard errors low: a fresh DFlash
 # estimate (the prior alone) counts as 0.31, not 0.7, so an unproven drafter does not draft where a
 # rejected draft costs more than a plain step gains (issue 29: 0.78x plain at 3.8k cells, tau 1.21,
@@ -87,7 +92,7 @@ class DraftController:
     def __init__(self, cost: CostModel, sources: tuple[str, ...] = (LOOKUP, DFLASH), dflash_k_max: int = 15,
                  lookup_k_max: int = LOOKUP_K_MAX, prior_weight: float = 2.0, decay: float = 0.9,
                  probe_every: int = 8, probe_max_gap: int = 64, probe_k: int = 2,
-                 refresh_costs: bool = True, use_confidence: bool = False,
+                 refresh_costs: bool = True, use_confidence: bool = False, draft_model_pass_s: float = 0.0,
                  caution: float = CAUTION, reply_keep: float = REPLY_KEEP):
         self.cost = cost
         self.caution = caution
@@ -111,6 +116,11 @@ class DraftController:
         # and drafts that end the reply: how often a reply ends where an earlier turn did
         self.lookup_end = AcceptanceModel(self.lookup_k_max, REPLY_END_PRIOR, prior_weight, decay)
         self._last_lookup = self.lookup[0][0]  # the lookup model of the step being verified
+        # a classic draft model: its acceptance, and what one of its passes costs (a draft of k is k
+        # passes, one after another: measured at load by new_controller, then learned from the steps)
+        self.draft_model_k_max = (max(0, min(DRAFT_MODEL_K_MAX, n_max)) if DRAFT_MODEL in sources else 0)
+        self.draft_model = AcceptanceModel(self.draft_model_k_max, DRAFT_MODEL_PRIOR, prior_weight, decay)
+        self.draft_model_pass_s = draft_model_pass_s
         self.probe_every = probe_every
         self.probe_max_gap = probe_max_gap
         self.probe_k = probe_k
@@ -158,6 +168,9 @@ class DraftController:
             t = c.step_times(True, e, self._last_n, step.pending_rows > 0, ctx)
             out += [(e[k] / t[k], low[k] / t[k], float(t[k]), Choice(DFLASH, k))
                     for k in range(1, self.dflash_k_max + 1)]
+        for model, t in self._draft_model_costs(step):
+            e, low = model.expected(), model.expected_cautious(self.caution)
+            out += [(e[k] / t[k], low[k] / t[k], float(t[k]), Choice(DRAFT_MODEL, k)) for k in range(1, len(e))]
         return out
 
     def choose(self, step: StepInfo) -> Choice:
@@ -215,6 +228,11 @@ class DraftController:
             self._last_dflash.observe(k, accepted)
         elif choice.source == LOOKUP:
             self._last_lookup.observe(k, accepted)
+        elif choice.source == DRAFT_MODEL:
+            self.draft_model.observe(k, accepted)
+            if k > 0 and timing.draft_s > 0:  # its passes' cost, clipped as the cost model's updates are
+                cur = self.draft_model_pass_s or timing.draft_s / k
+                self.draft_model_pass_s = cur + 0.1 * (min(max(timing.draft_s / k, 0.5 * cur), 2.0 * cur) - cur)
         self._last_bins = None
         if self._probing:
             # a probe whose drafts all passed, or after which drafting pays again, brings the next
@@ -252,6 +270,15 @@ class DraftController:
         models = [self.dflash] + ([self.dflash_unmatched] if self.dflash_unmatched is not self.dflash else [])
         return models + [m for row in self.lookup for m in row]
 
+    def _draft_model_costs(self, step: StepInfo) -> list[tuple[AcceptanceModel, np.ndarray]]:
+        """[(acceptance model, expected seconds of drafting k = 0..k_max)] of the classic draft model
+        if the engine has one (else []): the target's verify of k+1 and k of its passes."""
+        if not self.draft_model_k_max or DRAFT_MODEL not in step.sources:
+            return []
+        e = self.draft_model.expected()
+        t = self.cost.step_times(False, e, self._last_n, False, step.n_past)
+        return [(self.draft_model, t + self.draft_model_pass_s * np.arange(len(e)))]
+
     def _dflash_model(self, step: StepInfo) -> AcceptanceModel:
         return self.dflash if step.lookup is not None else self.dflash_unmatched
 
@@ -259,8 +286,10 @@ class DraftController:
         """Whether some draft of `source` now beats plain decoding, cautiously (no switch cost counted)."""
         c = self.cost
         model = self._last_dflash if source == DFLASH else self._last_lookup
+        model = self.draft_model if source == DRAFT_MODEL else model
         e = model.expected()
         t = c.step_times(source == DFLASH, e, None, source == DFLASH, self._last_ctx)
+        t = t + (self.draft_model_pass_s * np.arange(len(e)) if source == DRAFT_MODEL else 0.0)  # k passes
         r = model.expected_cautious(self.caution) / t
         r[0] = 1.0 / t[0]
         return bool(r[1:].max(initial=0.0) > r[0])
@@ -274,19 +303,22 @@ def lookup_prior(agreement: int, n: int) -> float:
     return table[min(n, len(table) - 1)]
 
 
-def new_controller(engine: Engine, sources: tuple[str, ...] = (LOOKUP, DFLASH),
+def new_controller(engine: Engine, sources: tuple[str, ...] = (LOOKUP, DFLASH, DRAFT_MODEL),
                    use_confidence: bool = False, **kw) -> DraftController:  # noqa: ANN003
     """A controller for `engine`'s pair with its calibrated costs (cached on disk, or measured
     now); sources the engine cannot draft from (DFlash without a drafter) are left out. The
     caller owns it: a chat session keeps one, so what it learns about acceptance (and the
     refreshed costs) carries over from one reply to the next."""
-    usable = tuple(s for s in sources if s != DFLASH or engine.has_drafter)
+    usable = tuple(s for s in sources if (s != DFLASH or engine.has_drafter)
+                   and (s != DRAFT_MODEL or engine.draft_model is not None))
+    if DRAFT_MODEL in usable:
+        kw.setdefault("draft_model_pass_s", engine.draft_model.time_pass())
     return DraftController(copy.deepcopy(calibrate(engine)), usable, dflash_k_max=engine.block_size - 1,
                            use_confidence=use_confidence, **kw)
 
 
 # the draft modes a caller can ask for by name (the CLI, the bench)
-DRAFT_MODES = ("plain", "fixed", "lookup", "adaptive", "adaptive-conf", "hybrid")
+DRAFT_MODES = ("plain", "fixed", "lookup", "adaptive", "adaptive-conf", "hybrid", "draft-model")
 DEFAULT_LOOKUP_K = 3  # a fixed lookup draft's length when none is given
 
 
@@ -294,7 +326,9 @@ def policy_for_mode(engine: Engine, mode: str, draft_max: int | None = None) -> 
     """The policy of a named mode: plain decoding; fixed (the DFlash drafter's block, or
     draft_max, every step: upstream's loop); lookup (the context lookup's draft of draft_max
     tokens whenever it matches); adaptive (the controller over DFlash alone; -conf: with early
-    stops at the drafter's confidence); hybrid (the controller over lookup and DFlash)."""
+    stops at the drafter's confidence); hybrid (the controller over every loaded source: lookup,
+    DFlash, a classic draft model); draft-model (the controller over the classic draft model alone,
+    or with draft_max its draft of that many tokens every step: llama.cpp's draft-simple)."""
     if mode == "plain":
         return FixedDraftLength(0)
     if mode == "fixed":
@@ -305,5 +339,9 @@ def policy_for_mode(engine: Engine, mode: str, draft_max: int | None = None) -> 
     if mode in ("adaptive", "adaptive-conf"):
         return new_controller(engine, (DFLASH,), use_confidence=mode == "adaptive-conf")
     if mode == "hybrid":
-        return new_controller(engine, (LOOKUP, DFLASH))
+        return new_controller(engine, (LOOKUP, DFLASH, DRAFT_MODEL))
+    if mode == "draft-model":
+        if draft_max is not None:
+            return FixedDraftLength(draft_max, DRAFT_MODEL)
+        return new_controller(engine, (DRAFT_MODEL,))
     raise ValueError(f"unknown draft mode {mode!r}; expected one of {', '.join(DRAFT_MODES)}")

@@ -13,10 +13,11 @@ Invariant before each draft: both caches hold positions 0..n_past-1 and
 the anchor (the last emitted token) is in neither.
 
 The drafts of a step come from the policy's choice (app.engine.draft_policy):
-none (plain decoding, k = 0, through the same code), the context lookup's
-match (app.engine.lookup: no model pass), or the DFlash drafter. The
-drafter's features are fed lazily, before its next pass, whichever source
-drafted in between.
+none (plain decoding, k = 0, through the same code) or one of the engine's
+draft sources (`self.sources`, app.engine.sources: the context lookup, the
+DFlash drafter, a classic draft model), each asked through the same calls
+(begin, propose, accepted, trim, reset). The DFlash drafter's features are
+fed lazily, before its next pass, whichever source drafted in between.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ import numpy as np
 
 from app.engine.draft_policy import (
     DFLASH,
+    DRAFT_MODEL,
+    LOOKUP,
     LOOKUP_K_MAX,
     PLAIN_STEP,
     Choice,
@@ -50,7 +53,8 @@ from app.engine.llama_objects import (
     ModelPlacement,
     TokenBatch,
 )
-from app.engine.lookup import ContextLookup, LookupMatch
+from app.engine.lookup import ContextLookup
+from app.engine.sources import DRAFT_MODEL_K_MAX, DFlashSource, DraftModelSource, DraftSource, LookupSource
 from app.engine.params import GenerationParams, InvalidParams
 from app.engine.sampling import TokenLogprob, TokenSampler, token_logprob
 from app.engine.stats import GenerationStats
@@ -76,6 +80,7 @@ class EngineConfig:
     type_v: int | None = None
     target_placement: ModelPlacement | None = None
     drafter_placement: ModelPlacement | None = None
+    draft_model_placement: ModelPlacement | None = None
 
 
 class Engine:
@@ -84,8 +89,9 @@ class Engine:
     def __init__(self, target: str | Path, drafter: str | Path | None = None,
                  config: EngineConfig | None = None,
                  progress: Callable[[str, float], bool] | None = None,
-                 pair: PairReport | None = None):
-        """`pair`: the pair check of these two files, when the caller already made it."""
+                 pair: PairReport | None = None, draft_model: str | Path | None = None):
+        """`pair`: the pair check of these two files, when the caller already made it; `draft_model`:
+        a classic draft model (a GGUF with the target's vocabulary, checked by check_draft_model)."""
         cfg = config or EngineConfig()
         self.config = cfg
         if drafter is not None:
@@ -109,8 +115,9 @@ class Engine:
         self.target_layers: list[int] = []
         if drafter is not None:
             self._load_drafter(Path(drafter), cfg, stage("drafter"))
-        self._tbatch = TokenBatch(max(cfg.n_batch, self.block_size, LOOKUP_K_MAX + 1))
+        self._tbatch = TokenBatch(max(cfg.n_batch, self.block_size, LOOKUP_K_MAX + 1, DRAFT_MODEL_K_MAX + 1))
         self.lookup = ContextLookup()  # the n-gram index of the conversation: lookup drafts
+        self.sources = self._register_sources(draft_model, cfg, stage("draft model"))
         # token ids whose K/V sit in the target cache (and features in the drafter's), positions 0..len-1
         self._cached: list[int] = []
         # features not yet fed to the drafter: (first position, rows), contiguous, ending at len(_cached)
@@ -144,10 +151,26 @@ class Engine:
         row_bytes = 4 * len(self.target_layers) * self.target.n_embd
         self._pending_cap = max(self._d_ubatch, PENDING_MAX_BYTES // row_bytes)
 
+    def _register_sources(self, draft_model: str | Path | None, cfg: EngineConfig,
+                          progress: Callable[[float], bool] | None) -> dict[str, DraftSource]:
+        """The registry of draft sources, by the name a policy chooses: the one place a source is
+        added (its class in app.engine.sources; the loop asks each the same way)."""
+        sources: dict[str, DraftSource] = {LOOKUP: LookupSource(self.lookup)}
+        if self.dctx is not None:
+            sources[DFLASH] = DFlashSource(self)
+        if draft_model is not None:
+            sources[DRAFT_MODEL] = DraftModelSource(draft_model, self.n_ctx, cfg.n_threads, cfg.n_batch,
+                                                    cfg.draft_model_placement, progress)
+        return sources
+
     # --- public -------------------------------------------------------------
     @property
     def has_drafter(self) -> bool:
         return self.dctx is not None
+
+    @property
+    def draft_model(self) -> DraftModelSource | None:
+        return self.sources.get(DRAFT_MODEL)  # type: ignore[return-value]
 
     def tokenize(self, text: str, add_special: bool = True) -> list[int]:
         """Prompt tokens: special tokens only from a prompt format's markup (LlamaModel.tokenize_prompt);
@@ -160,11 +183,9 @@ class Engine:
     def reset(self) -> None:
         """Forget the cached conversation (both caches)."""
         self.ctx.clear()
-        if self.dctx is not None:
-            self.dctx.clear()
+        for s in self.sources.values():
+            s.reset()
         self._cached = []
-        self._pending = []
-        self._n_pending = 0
 
     @property
     def pending_rows(self) -> int:
@@ -180,6 +201,9 @@ class Engine:
         return self.ctx.pos_max(), self.dctx.pos_max()
 
     def close(self) -> None:
+        dm = getattr(self, "sources", {}).get(DRAFT_MODEL)
+        if dm is not None:
+            dm.close()
         for obj in ("_ebatch", "_dbatch", "_tbatch", "dctx", "ctx", "drafter", "target"):
             o = getattr(self, obj, None)
             if o is not None:
@@ -270,18 +294,15 @@ class Engine:
         t_start = time.perf_counter()
         try:
             st.n_prompt_reused = self._prefill(prompt)
-            if speculative:
-                # the prompt's last features too (fed a ubatch at a time while it was read): they are
-                # part of reading the prompt, not a cost of the first DFlash step (~20 ms for 200 tokens)
-                self._flush()
+            self.lookup.reply_ends = [self.target.tokenize(s, add_special=False, parse_special=False)
+                                      for s in params.stop]
+            for src in self.sources.values():
+                src.begin(prompt, st, speculative)
         except BaseException:
             self.reset()
             if grammar is not None:
                 grammar.close()
             raise
-        self.lookup.set_history(prompt)
-        self.lookup.reply_ends = [self.target.tokenize(s, add_special=False, parse_special=False)
-                                  for s in params.stop]
         st.t_prefill_s = time.perf_counter() - t_start
         sampler = TokenSampler(params, prompt, grammar)
         stream = TextStream(self.target.token_to_piece, params.stop)
@@ -299,16 +320,12 @@ class Engine:
                 room = min(params.max_tokens - n_out, self.n_ctx - n_past) - 1
                 t_step = time.perf_counter()
                 before = (st.t_draft_s, st.t_verify_s, st.t_inject_s)
-                choice, match = (self._choose(policy, room, n_past, st) if speculative and room > 0
-                                 else (PLAIN_STEP, None))
-                drafts = sampler.admissible(self._drafts(choice, match, anchor, n_past, policy, draft_override, st))
+                choice = self._choose(policy, room, n_past, st) if speculative and room > 0 else PLAIN_STEP
+                drafts = sampler.admissible(self._drafts(choice, anchor, n_past, policy, draft_override, st))
                 choice = Choice(choice.source, len(drafts)) if drafts else PLAIN_STEP
                 emitted, n_acc, logprobs = self._verify(anchor, drafts, n_past, sampler, st)
                 sampler.accept(emitted)
                 self._sync(anchor, emitted, n_past, st)
-                t_lk = time.perf_counter()
-                self.lookup.append(emitted)
-                st.t_lookup_s += time.perf_counter() - t_lk
                 n_past += len(emitted)
                 anchor = emitted[-1]
                 text, n_reply = self._push_text(stream, emitted)
@@ -354,33 +371,27 @@ class Engine:
         return text, len(emitted)
 
     def _choose(self, policy: DraftPolicy, room: int, n_past: int,
-                st: GenerationStats) -> tuple[Choice, LookupMatch | None]:
+                st: GenerationStats) -> Choice:
         """Ask the policy, showing it what this step could draft from (and the lookup's match);
         the k it may use is capped by the room left and by what the source can draft."""
-        t0 = time.perf_counter()
-        match = self.lookup.find(min(LOOKUP_K_MAX, room))
-        st.t_lookup_s += time.perf_counter() - t0
+        match = self.sources[LOOKUP].find(min(LOOKUP_K_MAX, room), st)
         step = StepInfo(lookup=match, has_drafter=self.has_drafter, pending_rows=self.pending_rows,
-                        first=st.steps == 0, n_past=n_past)
+                        first=st.steps == 0, n_past=n_past, sources=tuple(self.sources))
         choice = policy.choose(step)
-        if choice.source == DFLASH and not self.has_drafter:
-            return PLAIN_STEP, None
-        cap = self.block_size - 1 if choice.source == DFLASH else LOOKUP_K_MAX
-        k = max(0, min(choice.k, cap, room))
-        return (Choice(choice.source, k) if k > 0 else PLAIN_STEP), step.lookup
+        source = self.sources.get(choice.source)
+        if source is None:
+            return PLAIN_STEP
+        k = max(0, min(choice.k, source.k_max, room))
+        return Choice(choice.source, k) if k > 0 else PLAIN_STEP
 
-    def _drafts(self, choice: Choice, match: LookupMatch | None, anchor: int, n_past: int,
+    def _drafts(self, choice: Choice, anchor: int, n_past: int,
                 policy: DraftPolicy, draft_override: DraftOverride | None, st: GenerationStats) -> list[int]:
         """The tokens to verify after the anchor for this choice."""
         k = choice.k
         if k == 0:
             return []
-        drafts: list[int] = []
-        conf = None
-        if choice.source == DFLASH:
-            drafts, conf = self._draft(anchor, n_past, k, st, policy.uses_confidence)
-        elif match is not None:
-            drafts = list(match.tokens[:k])
+        drafts, conf = self.sources[choice.source].propose(self._cached + [anchor], n_past, k, st,
+                                                            policy.uses_confidence)
         if draft_override is not None:
             forced = draft_override(self._cached + [anchor], choice)
             if forced is not None:
@@ -406,15 +417,13 @@ class Engine:
                 break
             keep += 1
         if keep < len(self._cached):
-            ok = self.ctx.seq_rm(keep) and (self.dctx is None or self.dctx.seq_rm(keep))
+            ok = self.ctx.seq_rm(keep) and all(s.trim(keep) for s in self.sources.values())
             # a sliding-window cache may have dropped positions the new tokens need
             swa_gap = self.target.n_swa > 0 and keep > 0 and self.ctx.pos_min() > max(0, keep - self.target.n_swa)
             if not ok or swa_gap:
                 self.reset()
                 keep = 0
             self._cached = self._cached[:keep]
-            self._pending = [(p, rows[:max(0, keep - p)]) for p, rows in self._pending if p < keep]
-            self._n_pending = sum(len(r) for _, r in self._pending)
         todo = want[keep:]
         step = self.ctx.n_batch  # llama.cpp's own limit (it clamps n_batch to a small context)
         for i in range(0, len(todo), step):
@@ -551,5 +560,7 @@ class Engine:
         st.t_llama_s += dt
         if self.dctx is not None and self._n_pending >= self._pending_cap:
             self._flush(st)
+        for s in self.sources.values():
+            s.accepted(anchor, emitted, n_past, st)
         self._cached.append(anchor)
         self._cached.extend(emitted[:-1])

@@ -9,6 +9,8 @@ after the step it reports the outcome with `observe()`. Sources:
     lookup   the tokens that followed the last occurrence of the current
              context suffix (app.engine.lookup): no model pass
     dflash   the DFlash drafter's block (one drafter pass)
+    draft-model  a classic draft model sharing the target's vocabulary: k
+             greedy tokens, one pass each (app.engine.sources)
 
 FixedDraftLength is upstream's behaviour (always the same source and k);
 the controller (app.engine.controller) picks the source and k from measured
@@ -27,13 +29,14 @@ from app.engine.lookup import LookupMatch
 PLAIN = "plain"
 LOOKUP = "lookup"
 DFLASH = "dflash"
-SOURCES = (PLAIN, LOOKUP, DFLASH)
+DRAFT_MODEL = "draft-model"
+SOURCES = (PLAIN, LOOKUP, DFLASH, DRAFT_MODEL)
 LOOKUP_K_MAX = 15  # the longest lookup draft: a verify pass of 16 tokens, the calibrated range
 
 
 @dataclass(frozen=True)
 class Choice:
-    source: str  # PLAIN, LOOKUP or DFLASH
+    source: str  # one of SOURCES
     k: int  # tokens to draft (0 with PLAIN)
 
 
@@ -48,6 +51,7 @@ class StepInfo:
     pending_rows: int = 0  # target features a DFlash step would inject first
     first: bool = False  # the reply's first step (its anchor is the prompt's last token)
     n_past: int = 0  # cache cells before this step's verify batch (its attention reads them all)
+    sources: tuple[str, ...] = ()  # the engine's loaded draft sources (its registry's names)
 
 
 @dataclass(frozen=True)
@@ -88,6 +92,8 @@ class FixedDraftLength:
         if self.source == LOOKUP and step.lookup is None:
             return PLAIN_STEP
         if self.source == DFLASH and not step.has_drafter:
+            return PLAIN_STEP
+        if self.source == DRAFT_MODEL and DRAFT_MODEL not in step.sources:
             return PLAIN_STEP
         return Choice(self.source, self.k)
 

@@ -15,7 +15,7 @@ from app.scheduler.errors import PlanInputError
 from app.scheduler.inventory import Inventory, detect_inventory
 from app.scheduler.plan import SplitPlan
 from app.scheduler.planner import PlanRequest, plan_split
-from gguf_tools.pair import PairReport, check_pair
+from gguf_tools.pair import PairReport, check_draft_model, check_pair
 from gguf_tools.validate import check_model
 from native.ggml_devices import list_devices
 
@@ -33,13 +33,14 @@ class ModelSpec:
     device: str = DEVICE_CPU  # "gpu": placed by the layer-split planner on the detected GPUs
     n_threads: int = 0
     split: list[float] | None = None  # the user's override of the planned split ratio (per GPU)
+    draft_model: str | None = None  # a classic draft model (same vocabulary), on the CPU
 
     @classmethod
     def from_dict(cls, d: dict) -> ModelSpec:
         split = d.get("split")
         return cls(target=str(d["target"]), drafter=d.get("drafter") or None, n_ctx=int(d.get("n_ctx", 4096)),
                    device=d.get("device", DEVICE_CPU), n_threads=int(d.get("n_threads", 0)),
-                   split=[float(x) for x in split] if split else None)
+                   split=[float(x) for x in split] if split else None, draft_model=d.get("draft_model") or None)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -88,12 +89,23 @@ def check_spec(spec: ModelSpec) -> PairReport | None:
     return report
 
 
+def check_draft_model_spec(spec: ModelSpec) -> None:
+    """The spec's classic draft model exists and shares the target's vocabulary (PairMismatch if not)."""
+    if spec.draft_model is None:
+        return
+    if not Path(spec.draft_model).expanduser().is_file():
+        raise ModelLoadError(f"{spec.draft_model}: the draft model file does not exist")
+    check_draft_model(spec.target, spec.draft_model).raise_if_bad()
+
+
 def load_engine(spec: ModelSpec, progress: Callable[[str, float], bool] | None = None,
                 checked: PairReport | None = None) -> Engine:
     """Open the pair; errors (missing file, PairMismatch, ...) name the file and the problem.
     `checked`: check_spec's report, when the caller checked before giving up another pair."""
     pair = checked if checked is not None else check_spec(spec)
-    return Engine(spec.target, spec.drafter, engine_config_for(spec), progress=progress, pair=pair)
+    check_draft_model_spec(spec)
+    return Engine(spec.target, spec.drafter, engine_config_for(spec), progress=progress, pair=pair,
+                  draft_model=spec.draft_model)
 
 
 def engine_config_for(spec: ModelSpec, inventory: Inventory | None = None) -> EngineConfig:
@@ -108,7 +120,8 @@ def engine_config_for(spec: ModelSpec, inventory: Inventory | None = None) -> En
         except PlanInputError as e:
             raise ModelLoadError(f"{spec.target}: no GPU placement: {e}") from None
     cpu = ModelPlacement(n_gpu_layers=0)
-    return EngineConfig(n_ctx=spec.n_ctx, n_threads=spec.n_threads, target_placement=cpu, drafter_placement=cpu)
+    return EngineConfig(n_ctx=spec.n_ctx, n_threads=spec.n_threads, target_placement=cpu, drafter_placement=cpu,
+                        draft_model_placement=cpu)
 
 
 def plan_for(spec: ModelSpec, inventory: Inventory | None = None) -> SplitPlan:

@@ -1,0 +1,248 @@
+"""Draft sources: what proposes the tokens a step verifies.
+
+The engine keeps a registry (`Engine.sources`: name -> source) and its one
+loop talks to every source through the same four calls:
+
+    begin(prompt, st, prefill)
+                            a generation starts: the target cache holds
+                            prompt[:-1]; the source brings its own state
+                            there now if `prefill` (a speculative
+                            generation: part of reading the prompt), else
+                            lazily at its first proposal
+    propose(history, n_past, k, st, with_confidence)
+                            k drafts to follow history[-1] (the anchor, at
+                            position n_past); with their probabilities if
+                            asked and the source has them (else None)
+    accepted(anchor, emitted, n_past, st)
+                            after the verify: the anchor and the emitted
+                            tokens are the history now (emitted[:-1] are the
+                            accepted drafts, emitted[-1] the target's own);
+                            the source rolls its state back to that prefix
+    trim(n_keep) / reset()  the target cache kept only positions < n_keep
+                            (a prompt reusing a cached prefix) or nothing
+
+plus `k_max` (the longest draft it can make). The policy chooses a source
+by name (app.engine.draft_policy); the controller learns each source's
+acceptance and cost from the steps the loop reports. Adding a source is a
+class here and a line in `Engine._register_sources`: the loop and the
+verify do not change.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+
+from app.engine.draft_policy import LOOKUP_K_MAX
+from app.engine.llama_objects import ContextConfig, LlamaContext, LlamaModel, ModelPlacement, TokenBatch
+from app.engine.lookup import ContextLookup, LookupMatch
+from app.engine.stats import GenerationStats
+
+if TYPE_CHECKING:
+    from app.engine.dflash import Engine
+
+# a classic draft model's longest draft: its k passes run one after another, so long drafts only pay
+# with a drafter far cheaper than the target
+DRAFT_MODEL_K_MAX = 8
+
+
+class DraftSource(Protocol):
+    name: str
+    k_max: int
+
+    def begin(self, prompt: list[int], st: GenerationStats, prefill: bool) -> None: ...
+
+    def propose(self, history: list[int], n_past: int, k: int, st: GenerationStats,
+                with_confidence: bool = False) -> tuple[list[int], np.ndarray | None]: ...
+
+    def accepted(self, anchor: int, emitted: list[int], n_past: int, st: GenerationStats) -> None: ...
+
+    def trim(self, n_keep: int) -> bool: ...
+
+    def reset(self) -> None: ...
+
+
+class LookupSource:
+    """The context lookup (app.engine.lookup): no model pass. Its match is found before the policy
+    chooses (the policy sees it: `find`), and a lookup step verifies that match's tokens."""
+
+    name = "lookup"
+    k_max = LOOKUP_K_MAX
+
+    def __init__(self, index: ContextLookup) -> None:
+        self.index = index
+        self.match: LookupMatch | None = None
+
+    def set_reply_ends(self, stops: list[list[int]]) -> None:
+        self.index.reply_ends = stops
+
+    def begin(self, prompt: list[int], st: GenerationStats, prefill: bool) -> None:
+        self.index.set_history(prompt)
+
+    def find(self, k: int, st: GenerationStats) -> LookupMatch | None:
+        t0 = time.perf_counter()
+        self.match = self.index.find(k)
+        st.t_lookup_s += time.perf_counter() - t0
+        return self.match
+
+    def propose(self, history: list[int], n_past: int, k: int, st: GenerationStats,
+                with_confidence: bool = False) -> tuple[list[int], np.ndarray | None]:
+        return (list(self.match.tokens[:k]) if self.match is not None else []), None
+
+    def accepted(self, anchor: int, emitted: list[int], n_past: int, st: GenerationStats) -> None:
+        t0 = time.perf_counter()
+        self.index.append(emitted)
+        st.t_lookup_s += time.perf_counter() - t0
+
+    def trim(self, n_keep: int) -> bool:
+        return True  # the index follows the history given to begin()
+
+    def reset(self) -> None:
+        pass  # the same: set_history rebuilds it when the history was edited
+
+
+class DFlashSource:
+    """The DFlash drafter: its model, context and the target features it is fed live in the Engine,
+    because the target's own prefill and verify passes produce those features (the taps); this is
+    its face to the loop."""
+
+    name = "dflash"
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        self.k_max = engine.block_size - 1
+
+    def begin(self, prompt: list[int], st: GenerationStats, prefill: bool) -> None:
+        # the prompt's last features (fed a ubatch at a time while it was read) belong to reading the
+        # prompt, not to the first DFlash step (~20 ms for 200 tokens)
+        if prefill:
+            self.engine._flush()
+
+    def propose(self, history: list[int], n_past: int, k: int, st: GenerationStats,
+                with_confidence: bool = False) -> tuple[list[int], np.ndarray | None]:
+        return self.engine._draft(history[-1], n_past, k, st, with_confidence)
+
+    def accepted(self, anchor: int, emitted: list[int], n_past: int, st: GenerationStats) -> None:
+        pass  # the features of the verified tokens are queued by Engine._sync (read with the verify)
+
+    def trim(self, n_keep: int) -> bool:
+        e = self.engine
+        if not e.dctx.seq_rm(n_keep):
+            return False
+        e._pending = [(p, rows[:max(0, n_keep - p)]) for p, rows in e._pending if p < n_keep]
+        e._n_pending = sum(len(r) for _, r in e._pending)
+        return True
+
+    def reset(self) -> None:
+        e = self.engine
+        e.dctx.clear()
+        e._pending = []
+        e._n_pending = 0
+
+
+class DraftModelSource:
+    """A classic draft model: any GGUF with the target's vocabulary, decoding greedily k tokens one
+    after another in its own context and KV cache. Its cache follows the verified history: the
+    tokens it lacks (steps another source drafted, the prompt) are decoded in one batch before its
+    next proposal, and after each verify it is cut back to the accepted prefix."""
+
+    name = "draft-model"
+
+    def __init__(self, path: str | Path, n_ctx: int, n_threads: int = 0, n_batch: int = 512,
+                 placement: ModelPlacement | None = None, progress=None):  # noqa: ANN001 - a load callback
+        self.model = LlamaModel(path, placement, progress)
+        self.ctx = LlamaContext(self.model, ContextConfig(n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_batch,
+                                                          n_threads=n_threads))
+        self.k_max = DRAFT_MODEL_K_MAX
+        self._batch = TokenBatch(self.ctx.n_batch)
+        self._cached: list[int] = []  # the token ids in its cache, positions 0..len-1
+
+    def begin(self, prompt: list[int], st: GenerationStats, prefill: bool) -> None:
+        # its cache may hold an earlier turn: cut where the prompt differs (a cut costs nothing)
+        self._catch_up(prompt[:-1], decode=prefill)
+
+    def propose(self, history: list[int], n_past: int, k: int, st: GenerationStats,
+                with_confidence: bool = False) -> tuple[list[int], np.ndarray | None]:
+        t0 = time.perf_counter()
+        # its cache is a prefix of the history (accepted() keeps it so): decode what it lacks, the
+        # last step's correction and the tokens of steps other sources drafted, in one batch
+        self._catch_up(history[:-1], check=False)
+        drafts: list[int] = []
+        tok, pos = history[-1], n_past
+        for _ in range(k):
+            self._batch.set([tok], pos, True)
+            self.ctx.decode(self._batch)
+            self._cached.append(tok)
+            tok = int(self.ctx.argmax_rows([0])[0][0])
+            drafts.append(tok)
+            pos += 1
+        dt = time.perf_counter() - t0
+        st.t_draft_s += dt
+        st.t_llama_s += dt
+        return drafts, None  # no confidence: early stops are DFlash's (the controller picks k instead)
+
+    def accepted(self, anchor: int, emitted: list[int], n_past: int, st: GenerationStats) -> None:
+        # its cache holds anchor, d0, d1, ... from n_past: keep what the target verified
+        # (anchor + accepted drafts; the correction is decoded at the next proposal)
+        verified = [anchor] + emitted[:-1]
+        keep = n_past
+        for a, b in zip(self._cached[n_past:], verified):
+            if a != b:
+                break
+            keep += 1
+        self.trim(keep)
+
+    def trim(self, n_keep: int) -> bool:
+        if n_keep < len(self._cached):
+            # a sliding-window cache may have dropped positions the tokens after n_keep need
+            swa_gap = self.model.n_swa > 0 and n_keep > 0 and self.ctx.pos_min() > max(0, n_keep - self.model.n_swa)
+            if swa_gap or not self.ctx.seq_rm(n_keep):
+                self.reset()  # decoded again at the next proposal
+                return True
+            del self._cached[n_keep:]
+        return True
+
+    def reset(self) -> None:
+        self.ctx.clear()
+        self._cached = []
+
+    def time_pass(self, repeats: int = 7) -> float:
+        """Median seconds of one single-token pass after its cache (removed again): a draft of k
+        costs about k of these (the controller's prior for this source's cost)."""
+        pos = len(self._cached)
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            self._batch.set([0], pos, True)
+            self.ctx.decode(self._batch)
+            self.ctx.argmax_rows([0])
+            times.append(time.perf_counter() - t0)
+            self.ctx.seq_rm(pos)
+        return float(np.median(times))
+
+    def _catch_up(self, want: list[int], check: bool = True, decode: bool = True) -> None:
+        """Bring its cache to `want`: cut where it differs (`check`: else it is known to be a
+        prefix), then decode what is missing (`decode`)."""
+        if check:
+            keep = 0
+            for a, b in zip(self._cached, want):
+                if a != b:
+                    break
+                keep += 1
+            self.trim(keep)
+        if not decode:
+            return
+        keep = len(self._cached)
+        step = self.ctx.n_batch
+        for i in range(keep, len(want), step):
+            chunk = want[i:i + step]
+            self._batch.set(chunk, i, False)
+            self.ctx.decode(self._batch)
+            self._cached.extend(chunk)
+
+    def close(self) -> None:
+        for o in (self._batch, self.ctx, self.model):
+            o.close()
