@@ -10,11 +10,20 @@
   (assets/prompts/docqa/), each prompt built as `flashdesk docs ask` builds
   it (retrieved sources in the prompt, in the target's format): it needs
   the target, for the token budget.
+- docqa-long: questions over long documents every Debian machine and every
+  Python ships (the licences in /usr/share/common-licenses, the language
+  reference as pydoc shows it: the standard library's pydoc_data.topics),
+  each asked at ~2k, ~8k, ~16k and ~32k tokens of prompt (retrieved sources,
+  best first, as `docs ask` lays them out, until the size is filled); the
+  category names the size (docqa-long-8k). The 32k prompts need the bundled
+  target's whole context: bench them with --ctx 32768.
 """
 
 from __future__ import annotations
 
 import json
+import pydoc_data.topics
+import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +42,20 @@ if TYPE_CHECKING:
 LOW_ACCEPTANCE = ASSETS / "prompts" / "low_acceptance.jsonl"
 CHAT = ASSETS / "prompts" / "chat.jsonl"
 DOCQA_DIR = ASSETS / "prompts" / "docqa"
-NAMES = ("humaneval", "low-acceptance", "chat", "docqa")
+NAMES = ("humaneval", "low-acceptance", "chat", "docqa", "docqa-long")
+LICENSES_DIR = Path("/usr/share/common-licenses")
+# prompt sizes in tokens (the last leaves room for a 128-token reply in the target's 32,768)
+DOCQA_LONG_SIZES = {"2k": 2048, "8k": 8192, "16k": 16384, "32k": 32512}
+DOCQA_LONG_QUESTIONS = (
+    "What does the GNU General Public License say about patents?",
+    "What must I include when I redistribute a modified work under the Apache License?",
+    "How may object code be conveyed under version 3 of the GPL?",
+    "How does the Mozilla Public License define a Larger Work?",
+    "How does the with statement call __enter__ and __exit__?",
+    "What happens when a class defines __slots__?",
+    "When are default parameter values evaluated in a function definition?",
+    "What does a yield expression do inside a generator function?",
+)
 
 
 @dataclass
@@ -95,6 +117,44 @@ def docqa_prompts(engine: Engine, k: int = 5, max_tokens: int = 128) -> list[dic
     return out
 
 
+def docqa_long_corpus(dest: Path) -> list[Path]:
+    """The docqa-long documents written under `dest` as text files: each licence file (no suffix on
+    Debian, so copied as .txt) and each pydoc topic of this Python (the language reference)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    out = []
+    if LICENSES_DIR.is_dir():
+        for f in sorted(LICENSES_DIR.iterdir()):
+            if f.is_file() and not f.is_symlink():
+                out.append(dest / f"{f.name}.txt")
+                shutil.copyfile(f, out[-1])
+    for topic, text in sorted(pydoc_data.topics.topics.items()):
+        out.append(dest / f"python-{topic}.txt")
+        out[-1].write_text(text)
+    return out
+
+
+def docqa_long_prompts(engine: Engine, max_tokens: int = 128,
+                       sizes: dict[str, int] = DOCQA_LONG_SIZES) -> list[dict]:
+    """The long document Q&A set: the corpus indexed (full-text), each question's prompt built by
+    app.documents.answer.answer_prompt at each size (retrieval deep enough to fill it)."""
+    out = []
+    with tempfile.TemporaryDirectory() as tmp, DocumentIndex(Path(tmp) / "docs.sqlite3") as index:
+        docqa_long_corpus(Path(tmp) / "corpus")
+        index.add_roots(index.ensure_collection("docqa-long"), [Path(tmp) / "corpus"])
+        Indexer(index).run("docqa-long")
+        k = max(sizes.values()) // 100  # chunks are ~225 tokens: enough hits to fill the largest size
+        retriever = Retriever(index, candidates=k)
+        for size, n_tokens in sizes.items():
+            for i, q in enumerate(DOCQA_LONG_QUESTIONS):
+                ap = answer_prompt(engine, retriever, q, ["docqa-long"], k=k, mode="fts", max_tokens=max_tokens,
+                                   budget_tokens=n_tokens)
+                if ap.text is not None:
+                    out.append({"id": f"docqa-long-{size}-{i}", "prompt": ap.text, "category": f"docqa-long-{size}",
+                                "format": "raw", "stop": ap.stop, "n_sources": len(ap.sources),
+                                "n_tokens": len(engine.tokenize(ap.text))})
+    return out
+
+
 def prompt_set(name: str, engine: Engine | None = None) -> list[dict]:
     """A bundled set by name (docqa needs the engine whose target the prompts are for)."""
     if name == "humaneval":
@@ -107,6 +167,10 @@ def prompt_set(name: str, engine: Engine | None = None) -> list[dict]:
         if engine is None:
             raise ValueError("the docqa set is built with the target's tokenizer: it needs the model")
         return docqa_prompts(engine)
+    if name == "docqa-long":
+        if engine is None:
+            raise ValueError("the docqa-long set is built with the target's tokenizer: it needs the model")
+        return docqa_long_prompts(engine)
     raise ValueError(f"unknown prompt set {name!r}; expected one of {', '.join(NAMES)}")
 
 

@@ -68,7 +68,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("prompts", help="write a bundled prompt set as JSONL")
     p.add_argument("name", choices=prompt_sets.NAMES)
     p.add_argument("--out", required=True)
-    add_model_args(p)  # docqa: the target whose tokenizer sizes the prompts
+    add_model_args(p)  # docqa, docqa-long: the target whose tokenizer sizes the prompts
     p.set_defaults(func=cmd_prompts)
 
 
@@ -161,7 +161,7 @@ def cmd_near_ties(args: argparse.Namespace) -> int:
 
 
 def cmd_prompts(args: argparse.Namespace) -> int:
-    engine = open_engine(args) if args.name == "docqa" else None
+    engine = open_engine(args) if args.name in ("docqa", "docqa-long") else None  # their tokenizer
     try:
         n = prompt_sets.write_prompt_set(args.name, args.out, engine)
     finally:

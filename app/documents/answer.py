@@ -135,9 +135,9 @@ def conversation_renderer(fmt: PromptFormat, history: Sequence[ChatMessage] = ()
 
 
 def fit_sources(engine: Engine, question: str, hits: Sequence[Hit], render: Callable[[str, str], str],
-                max_tokens: int) -> tuple[str, list[Source]]:
+                max_tokens: int, budget_tokens: int | None = None) -> tuple[str, list[Source]]:
     """build_prompt with the engine's tokenizer and its context budget: the context
-    minus the room the reply may take."""
+    minus the room the reply may take (or budget_tokens: a prompt of a set size)."""
 
     def count(text: str) -> int:
         return len(engine.tokenize(text, add_special=False))
@@ -145,7 +145,8 @@ def fit_sources(engine: Engine, question: str, hits: Sequence[Hit], render: Call
     def truncate(text: str, n_tokens: int) -> str:
         return engine.detokenize(engine.tokenize(text, add_special=False)[:max(n_tokens, 0)])
 
-    return build_prompt(question, hits, count, engine.n_ctx - max_tokens, render, truncate)
+    budget = engine.n_ctx - max_tokens if budget_tokens is None else budget_tokens
+    return build_prompt(question, hits, count, budget, render, truncate)
 
 
 @dataclass
@@ -159,9 +160,11 @@ class AnswerPrompt:
 
 
 def answer_prompt(engine: Engine, retriever: Retriever, question: str, collections: Sequence[str], *,
-                  k: int = 5, mode: str = "auto", max_tokens: int = 128) -> AnswerPrompt:
-    """Retrieve, and build the prompt within the context budget (the context minus max_tokens):
-    the one way a question becomes a prompt (`docs ask`, the bench's document Q&A set)."""
+                  k: int = 5, mode: str = "auto", max_tokens: int = 128,
+                  budget_tokens: int | None = None) -> AnswerPrompt:
+    """Retrieve, and build the prompt within the context budget (the context minus max_tokens, or
+    budget_tokens: a prompt of a set size): the one way a question becomes a prompt (`docs ask`,
+    the bench's document Q&A sets)."""
     t0 = time.perf_counter()
     found: RetrievalResult = retriever.search(question, collections, k=k, mode=mode)
     retrieval = found.stats()
@@ -169,7 +172,7 @@ def answer_prompt(engine: Engine, retriever: Retriever, question: str, collectio
     fmt = prompt_format_of(engine.target)
     if not found.hits:
         return AnswerPrompt(None, [], list(fmt.stop), retrieval)
-    prompt, sources = fit_sources(engine, question, found.hits, conversation_renderer(fmt), max_tokens)
+    prompt, sources = fit_sources(engine, question, found.hits, conversation_renderer(fmt), max_tokens, budget_tokens)
     retrieval["n_hits"] = len(found.hits)
     retrieval["n_sources_in_prompt"] = len(sources)
     retrieval["t_prompt_s"] = round(time.perf_counter() - t0 - found.t_total_s, 6)
