@@ -3,8 +3,10 @@
     python -m gguf_tools inspect FILE.gguf [--json]
 
 Architecture, parameter count, quantization mix, size per layer, context
-length, tokenizer and chat template presence, and for a `dflash` drafter its
-target layers, block size and mask token.
+length, tokenizer and chat template presence, for a `dflash` drafter its
+target layers, block size and mask token, and the draft format the file is
+(gguf_tools.formats: DFlash v1, DFlash2, DSpark, EAGLE-3, a target with MTP
+heads, a plain model) with what it needs.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 from gguf.constants import LlamaFileType
 
 from gguf_tools.errors import FlashDeskError
+from gguf_tools.formats import draft_format
 from gguf_tools.reader import GGUFInfo, read_gguf
 from gguf_tools.validate import check_model
 
@@ -99,6 +102,7 @@ def inspect_gguf(path: str | Path) -> dict:
     }
     if info.arch == "dflash":
         out["dflash"] = _dflash(info)
+    out["draft_format"] = draft_format(info).to_dict()
     return out
 
 
@@ -125,6 +129,10 @@ def format_report(r: dict) -> str:
                      + ("" if d["block_size_set"] else " (default)")
                      + f", mask token {d['mask_token_id']}" + (f" {d['mask_token']!r}" if d["mask_token"] else "")
                      + (", shares the target's head" if d["shares_target_head"] else ", own output head"))
+    f = r["draft_format"]
+    lines.append(f"draft format   {f['label']}" + (f" (llama.cpp {f['llama_type']})" if f["llama_type"] else "")
+                 + f": {f['detail']}")
+    lines.append(f"  needs        {f['needs']}")
     lines.append("quantization")
     for name, m in r["quantization_mix"].items():
         lines.append(f"  {name:<8} {m['tensors']:>5} tensors {m['params']:>15,} params {_mb(m['bytes']):>12}")

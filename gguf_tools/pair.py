@@ -16,6 +16,7 @@ from pathlib import Path
 
 from gguf_tools import validate
 from gguf_tools.errors import FlashDeskError, PairMismatch, excerpt
+from gguf_tools.formats import DFLASH_V1, MTP, PLAIN, draft_format
 from gguf_tools.reader import GGUFInfo, read_gguf
 from gguf_tools.validate import MAX_BLOCK, MIN_BLOCK
 from native.lib import NativeBuildMissing, build_info
@@ -137,11 +138,20 @@ def check_pair(target: str | Path, drafter: str | Path,
     if t_bad or any(p.key.endswith((".block_count", ".embedding_length")) for p in d_bad):
         return rep  # the other checks would compare numbers that mean nothing
 
-    is_dflash = d.arch == "dflash"
-    add(PairCheck("drafter_architecture", is_dflash,
-                  "the drafter is a DFlash model" if is_dflash else
-                  f"the drafter's architecture is {excerpt(d.arch)}, not 'dflash': it is a plain model, "
-                  f"not a DFlash drafter"))
+    # which draft format each file is (gguf_tools.formats: the pinned llama.cpp's own rules)
+    fmt = draft_format(d)
+    is_dflash = fmt.format == DFLASH_V1
+    if fmt.format == PLAIN:
+        why = (f"the drafter's architecture is {excerpt(d.arch)}, not 'dflash': it is a plain model, not a "
+               f"DFlash drafter (with the target's vocabulary it can be a classic draft model: --draft-model)")
+    else:
+        why = (f"the drafter is {fmt.label} ({fmt.detail}), which llama.cpp runs as {fmt.llama_type}; "
+               f"FlashDesk's loop drafts from DFlash v1 drafters and classic draft models only. It needs "
+               f"{fmt.needs}")
+    add(PairCheck("drafter_architecture", is_dflash, "the drafter is a DFlash (v1) model" if is_dflash else why))
+    t_fmt = draft_format(t)
+    if t_fmt.format == MTP:  # informs only: the target can draft for itself in llama.cpp
+        add(PairCheck("target_mtp", True, f"the target carries its own draft heads: {t_fmt.detail}"))
     if t.arch == "dflash":
         add(PairCheck("target_architecture", False,
                       "the target is itself a DFlash drafter: choose the full model as the target"))
@@ -236,7 +246,8 @@ def check_draft_model(target: str | Path, draft: str | Path) -> PairReport:
     plain = d.arch != "dflash"
     add(PairCheck("draft_model_architecture", plain,
                   f"the draft model is a {excerpt(d.arch)} model with {d.n_layer} layers" if plain else
-                  "the file is a DFlash drafter: load it as the drafter (--drafter), not as a draft model"))
+                  f"the file is a {draft_format(d).label} drafter: load it as the drafter (--drafter), not as a "
+                  f"draft model"))
     _check_tokenizer(t, d, add)
     return rep
 
