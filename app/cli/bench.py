@@ -1,4 +1,5 @@
-"""The measuring subcommands: `flashdesk bench`, `bench-plot`, `verify-cost`, `near-ties`, `calibrate` and `prompts`."""
+"""The measuring subcommands: `flashdesk bench`, `bench-plot`, `verify-cost`, `context-cost`, `near-ties`, `calibrate`
+and `prompts`."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from app.bench import near_ties, plot, prompt_sets, runner, verify_cost
+from app.bench import context_cost, near_ties, plot, prompt_sets, runner, verify_cost
 from app.bundled import default_target
 from app.cli.common import add_model_args, open_engine
 from app.engine.calibration import calibrate
@@ -48,6 +49,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     v.add_argument("--json", help="also write the result to this file")
     v.add_argument("--plot", help="also draw it to this PNG")
     v.set_defaults(func=cmd_verify_cost)
+
+    cc = sub.add_parser("context-cost", help="a loop step's costs by context length: verify(n), the drafter's "
+                        "pass and injection at 2k..32k cached tokens, against the cost model (JSON)")
+    add_model_args(cc)  # --ctx 32768 for the 32k length
+    cc.add_argument("--contexts", default=",".join(map(str, context_cost.CONTEXTS)),
+                    help="cached tokens (default 2048,4096,8192,16384,32768; each less the generation's room)")
+    cc.add_argument("--sizes", default=",".join(map(str, context_cost.SIZES)), help="verify sizes n (default 1..16)")
+    cc.add_argument("--rounds", type=int, default=3, help="generations per length (default 3)")
+    cc.add_argument("--json", help="also write the result to this file")
+    cc.set_defaults(func=cmd_context_cost)
 
     nt = sub.add_parser("near-ties", help="how far verify-pass logits move from single-token decoding (JSON)")
     nt.add_argument("--target", help="target GGUF (default: the bundled Gemma 3 270M)")
@@ -128,6 +139,20 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                           "context_ms_per_1k_cells_per_token": round(cm.ctx_token_s * 1e6, 4)}, indent=2))
     finally:
         engine.close()
+    return 0
+
+
+def cmd_context_cost(args: argparse.Namespace) -> int:
+    engine = open_engine(args)
+    try:
+        out = context_cost.run(engine, [int(x) for x in args.contexts.split(",")],
+                               [int(x) for x in args.sizes.split(",")], args.rounds)
+    finally:
+        engine.close()
+    text = json.dumps(out, indent=2)
+    if args.json:
+        Path(args.json).write_text(text + "\n")
+    print(text)
     return 0
 
 

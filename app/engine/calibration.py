@@ -241,10 +241,11 @@ def _junk_drafts(history: list[int], choice: Choice) -> list[int] | None:
     return [history[-1]] * choice.k if choice.source == LOOKUP else None
 
 
-def _run(engine: Engine, choices: list[Choice], steps: int,
+def run_choices(engine: Engine, choices: list[Choice], steps: int,
          prompt_len: int = CALIBRATION_PROMPT_LEN) -> list[tuple[int, StepTiming, int]]:
     """(k used, timing, cache cells before) of `steps` steps making `choices` in turn (greedy, from a
-    calibration prompt of about prompt_len tokens)."""
+    calibration prompt of about prompt_len tokens; the same prompt each time, so a second run at a
+    length reuses the cached prefix: app.bench.context_cost measures at 32k cells this way)."""
     rec = _Recorder(choices, steps)
     n_max = max(c.k for c in choices) + 1
     # at most half the context per generation (a small context would not hold steps * n_max tokens):
@@ -285,7 +286,7 @@ def measure(engine: Engine, rounds: int = 4, pairs: int = 4) -> CostModel:
         for n in range(2, n_max + 1):
             choice = Choice(DFLASH if engine.has_drafter else LOOKUP, n - 1)
             cycle = [PLAIN_STEP, PLAIN_STEP, choice, choice]
-            steps = _run(engine, cycle, 4 * pairs + 4)[4:]  # the first cycle follows the prompt's pass
+            steps = run_choices(engine, cycle, 4 * pairs + 4)[4:]  # the first cycle follows the prompt's pass
             for i in range(0, len(steps) - 3, 4):
                 cyc = steps[i:i + 4]
                 if [used for used, _, _ in cyc] != [c.k for c in cycle]:
@@ -338,7 +339,7 @@ def _cycle_medians(engine: Engine, n: int, pairs: int, prompt_lens: tuple[int, .
     per_run = max(1, pairs // rounds)
     for _ in range(rounds):
         for by_pos, length in zip(by_len, prompt_lens):
-            alt = _run(engine, cycle, 4 * per_run + 4, length)[4:]
+            alt = run_choices(engine, cycle, 4 * per_run + 4, length)[4:]
             for i, (used, t, n_past) in enumerate(alt):
                 if used == cycle[i % 4].k:
                     by_pos[i % 4].append((t.step_s - t.inject_s, n_past))
