@@ -1,4 +1,6 @@
-"""z-lab DFlash checkpoint (config.json with `dflash_config` + safetensors) -> `dflash` GGUF.
+"""z-lab DFlash checkpoint (config.json with `dflash_config` + safetensors) -> `dflash` GGUF:
+DFlash v1, and DFlash2 (its conv/selector keys and tensors, as llama.cpp's conversion/qwen.py
+writes them; the pinned llama.cpp then loads it as draft-dflash with the selector).
 
     python -m gguf_tools convert CKPT_DIR --target TARGET.gguf --out D.gguf [--outtype auto|f32|f16|bf16|q8_0]
 
@@ -30,13 +32,23 @@ from gguf_tools.reader import GGUFInfo, read_gguf
 # HF (z-lab, unprefixed) tensor names -> GGUF names; per layer below
 _GLOBAL = {"fc.weight": "fc.weight", "hidden_norm.weight": "enc.output_norm.weight",
            "norm.weight": "output_norm.weight", "embed_tokens.weight": "token_embd.weight",
-           "lm_head.weight": "output.weight"}
+           "lm_head.weight": "output.weight",
+           # DFlash2: the candidate selector (llama.cpp's conversion/qwen.py adds .weight to the codebooks)
+           "candidate_selector.predecessor_codebook": "selector_predecessor.weight",
+           "candidate_selector.successor_codebook": "selector_successor.weight",
+           "candidate_selector.hidden_projection.weight": "selector_hidden.weight"}
 _LAYER = {"input_layernorm.weight": "attn_norm.weight", "post_attention_layernorm.weight": "ffn_norm.weight",
           "self_attn.q_proj.weight": "attn_q.weight", "self_attn.k_proj.weight": "attn_k.weight",
           "self_attn.v_proj.weight": "attn_v.weight", "self_attn.o_proj.weight": "attn_output.weight",
           "self_attn.q_norm.weight": "attn_q_norm.weight", "self_attn.k_norm.weight": "attn_k_norm.weight",
           "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
-          "mlp.down_proj.weight": "ffn_down.weight"}
+          "mlp.down_proj.weight": "ffn_down.weight",
+          # DFlash2: the per-layer short convolutions (the base kernels are bare parameters: no .weight)
+          "attention_conv.base_kernel": "attn_conv_base", "attention_conv.kernel_projection.weight":
+          "attn_conv_proj.weight", "mlp_conv.base_kernel": "ffn_conv_base",
+          "mlp_conv.kernel_projection.weight": "ffn_conv_proj.weight"}
+# a DFlash2 checkpoint's dflash_config keys (conv/selector), written as dflash.* keys after the block size
+DFLASH2_KEYS = ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")
 # interleaved-RoPE checkpoints are permuted to NeoX layout (as llama.cpp's converter does)
 _ROPE_PERMUTE = ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.q_norm.weight",
                  "self_attn.k_norm.weight")
@@ -144,7 +156,8 @@ def _gguf_name(hf_name: str) -> str:
     if len(parts) == 3 and parts[0] == "layers" and parts[1].isdecimal() and parts[2] in _LAYER:
         return f"blk.{int(parts[1])}.{_LAYER[parts[2]]}"
     raise ConversionError(f"tensor {hf_name!r} is not part of a DFlash drafter this converter knows "
-                          f"(DFlash2/DSpark checkpoints are not supported here)")
+                          f"(DFlash v1 and DFlash2; DSpark's Markov head and EAGLE-3 checkpoints are not "
+                          f"supported here: llama.cpp's convert_hf_to_gguf.py converts them)")
 
 
 def _guess_ftype(tensors: dict[str, _StTensor]) -> gguf.LlamaFileType:
@@ -173,10 +186,26 @@ def _load_config(ckpt: Path) -> dict[str, Any]:
         hp = json.loads(cfg_path.read_text())
     except json.JSONDecodeError as e:
         raise ConversionError(f"{cfg_path}: not valid JSON ({e})") from None
-    if "dflash_config" not in hp and not any("DFlash" in a for a in hp.get("architectures") or []):
+    archs = hp.get("architectures") or []
+    other = next((f for a in archs for f in ("DSpark", "Eagle3", "EAGLE3") if f in a), None)
+    if other is not None:
+        raise ConversionError(f"{cfg_path}: a {other} checkpoint ({', '.join(archs)}): this converter handles "
+                              f"DFlash v1 and DFlash2 drafters; llama.cpp's convert_hf_to_gguf.py converts it")
+    if "dflash_config" not in hp and not any("DFlash" in a for a in archs):
         raise ConversionError(f"{cfg_path}: not a DFlash drafter (no dflash_config and no DFlash architecture)")
-    if any(k in hp.get("dflash_config", {}) for k in ("conv_kernel_size", "selector_rank")):
-        raise ConversionError(f"{cfg_path}: a DFlash2 checkpoint (conv/selector); only DFlash is supported here")
+    dcfg = hp.get("dflash_config", {})
+    if any(k in dcfg for k in DFLASH2_KEYS):
+        missing = [k for k in DFLASH2_KEYS if k not in dcfg]
+        if missing:
+            raise ConversionError(f"{cfg_path}: a DFlash2 checkpoint (conv/selector) without dflash_config "
+                                  f"{', '.join(missing)}")
+        # llama.cpp refuses these at load (src/models/dflash.cpp): say so before writing anything
+        n, group, top_k = hp.get("hidden_size", 0), int(dcfg["conv_group_size"]), int(dcfg["selector_top_k"])
+        if group <= 0 or n % group:
+            raise ConversionError(f"{cfg_path}: DFlash2 hidden size {n} is not a multiple of conv_group_size {group}")
+        if top_k <= 0 or n < top_k * (top_k + 1):
+            raise ConversionError(f"{cfg_path}: DFlash2 hidden size {n} is too small for a selector lattice of top "
+                                  f"{top_k} (needs {top_k * (top_k + 1)})")
     for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"):
         if key not in hp:
             raise ConversionError(f"{cfg_path}: missing {key!r}")
@@ -266,6 +295,11 @@ def _add_parameters(w: gguf.GGUFWriter, hp: dict[str, Any], ftype: gguf.LlamaFil
     if (vs := dcfg.get("attention_value_scale")) is not None:
         w.add_attn_value_scale(float(vs))
     w.add_block_size(dcfg.get("block_size", hp.get("block_size", 16)))
+    if "conv_kernel_size" in dcfg:  # DFlash2 (checked complete by _load_config)
+        w.add_conv_kernel_size(int(dcfg["conv_kernel_size"]))
+        w.add_conv_group_size(int(dcfg["conv_group_size"]))
+        w.add_selector_rank(int(dcfg["selector_rank"]))
+        w.add_selector_top_k(int(dcfg["selector_top_k"]))
     if (om := dcfg.get("output_multiplier", hp.get("output_multiplier"))) is not None:
         w.add_logit_scale(float(om))
     sc = dcfg.get("final_logit_softcapping", hp.get("final_logit_softcapping"))

@@ -8,7 +8,10 @@ Two kinds, both random and small (a few hundred KB):
   GGUF, and it is the `--target-model-dir` the reference needs for a drafter.
 - `write_zlab_checkpoint(dir)`: a DFlash drafter in z-lab's published layout
   (config.json with `dflash_config`, model.safetensors with unprefixed names
-  `fc`, `hidden_norm`, `layers.N.*`, `norm`), bf16 like the real ones.
+  `fc`, `hidden_norm`, `layers.N.*`, `norm`), bf16 like the real ones; with
+  `dflash2` a DFlash2 drafter (DFlash2DraftModel: per-layer `attention_conv` and
+  `mlp_conv`, a `candidate_selector`, the conv/selector keys and a sliding
+  window), shaped as the pinned llama.cpp's src/models/dflash.cpp loads it.
 
 torch, safetensors and sentencepiece are test-time dependencies only.
 """
@@ -35,6 +38,17 @@ class HFShape:
     head_dim: int = 16
     intermediate_size: int = 128
     max_position_embeddings: int = 1024
+
+
+@dataclass(frozen=True)
+class DFlash2Shape:
+    """DFlash2's extra numbers (z-lab's drafters: top 16 candidates, a 2,048-token window; the
+    tiny default keeps the hidden size >= top_k * (top_k + 1), which llama.cpp requires)."""
+    conv_kernel_size: int = 3
+    conv_group_size: int = 16
+    selector_rank: int = 16
+    selector_top_k: int = 4
+    window: int = 2048
 
 
 def train_tiny_sentencepiece(vocab_size: int = 96) -> bytes:
@@ -113,7 +127,7 @@ def write_zlab_checkpoint(out_dir: str | Path, *, hidden_size: int = 64, n_layer
                           vocab_size: int, mask_token_id: int, target_layer_ids: list[int],
                           block_size: int = 16, dtype: str = "bfloat16", seed: int = 1,
                           extra_dflash_config: dict | None = None, extra_config: dict | None = None,
-                          shards: int = 1) -> Path:
+                          shards: int = 1, dflash2: DFlash2Shape | None = None) -> Path:
     """A random DFlash drafter in z-lab's layout. `target_layer_ids` are HF ids
     (the output of layer id), as z-lab writes them; GGUF stores them + 1."""
     # test and convert tools only: torch (~1.6 s to import), sentencepiece, safetensors are extras
@@ -122,7 +136,12 @@ def write_zlab_checkpoint(out_dir: str | Path, *, hidden_size: int = 64, n_layer
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tdtype = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[dtype]
-    dcfg = {"mask_token_id": mask_token_id, "target_layer_ids": list(target_layer_ids)} | (extra_dflash_config or {})
+    dcfg = {"mask_token_id": mask_token_id, "target_layer_ids": list(target_layer_ids)}
+    if dflash2 is not None:
+        dcfg |= {"conv_kernel_size": dflash2.conv_kernel_size, "conv_group_size": dflash2.conv_group_size,
+                 "selector_rank": dflash2.selector_rank, "selector_top_k": dflash2.selector_top_k,
+                 "use_swa": True, "swa_window_size": dflash2.window}
+    dcfg |= extra_dflash_config or {}
     cfg = {"architectures": ["DFlashDraftModel"], "auto_map": {"AutoModel": "dflash.DFlashDraftModel"},
            "model_type": "qwen3", "attention_bias": False, "attention_dropout": 0.0, "block_size": block_size,
            "dflash_config": dcfg, "dtype": dtype, "head_dim": head_dim, "hidden_act": "silu",
@@ -153,6 +172,21 @@ def write_zlab_checkpoint(out_dir: str | Path, *, hidden_size: int = 64, n_layer
               p + "mlp.gate_proj.weight": mat(intermediate_size, hidden_size),
               p + "mlp.up_proj.weight": mat(intermediate_size, hidden_size),
               p + "mlp.down_proj.weight": mat(hidden_size, intermediate_size)}
+    if dflash2 is not None:
+        if cfg["architectures"] == ["DFlashDraftModel"]:
+            cfg["architectures"] = ["DFlash2DraftModel"]
+            (out / "config.json").write_text(json.dumps(cfg, indent=2))
+        d2 = dflash2
+        projected = 2 * d2.conv_kernel_size * (hidden_size // d2.conv_group_size)
+        for i in range(n_layer):
+            for part in ("attention_conv", "mlp_conv"):
+                # numpy/torch shape = ggml's reversed: base {n_embd, kernel, 2}, projection {n_embd, projected}
+                t[f"layers.{i}.{part}.base_kernel"] = (0.1 * torch.randn(2, d2.conv_kernel_size, hidden_size,
+                                                                         generator=g)).to(tdtype)
+                t[f"layers.{i}.{part}.kernel_projection.weight"] = mat(projected, hidden_size)
+        t["candidate_selector.predecessor_codebook"] = mat(vocab_size, d2.selector_rank)
+        t["candidate_selector.successor_codebook"] = mat(vocab_size, d2.selector_rank)
+        t["candidate_selector.hidden_projection.weight"] = mat(d2.selector_rank, hidden_size)
     if shards <= 1:
         _save_safetensors(t, out / "model.safetensors")
         return out
