@@ -77,10 +77,12 @@ DFLASH_PRIOR = 0.7
 DRAFT_MODEL_PRIOR = 0.6
 DRAFT_MODEL_K_MAX = 8  # app.engine.sources.DRAFT_MODEL_K_MAX: its passes run one after another
 # a draft must beat plain decoding with its acceptance this many standard errors low: a fresh DFlash
-# estimate (the prior alone) counts as 0.31, not 0.7, so an unproven drafter does not draft where a
-# rejected draft costs more than a plain step gains (issue 29: 0.78x plain at 3.8k cells, tau 1.21,
-# a 17-token answer); ten steps that all passed count as ~0.93
-CAUTION = 1.5
+# estimate (the prior alone) counts as 0.57, not 0.7, so an unproven drafter does not draft past ~10k
+# cells, where a rejected draft costs more than a plain step gains. Chosen on the bundled pair (this
+# VM's costs, questions over 2.5-3.2k tokens of three licences, 16 and 64 tokens: the cost model's
+# clock): 0.5 beat no caution on all six (0.83-1.53x -> 0.94-1.57x); 1.0 and 1.5 lost most answers
+# that copy the document by waiting (GPL, 16 tokens: 1.28x none, 1.42x 0.5, 1.17x 1.0, 1.12x 1.5)
+CAUTION = 0.5
 # at a reply's first step what was learned counts this much: the new text may not be like the last
 REPLY_KEEP = 0.5
 # what a probe may cost beyond a plain step, as a share of it, at the probe_every spacing (a DFlash probe
