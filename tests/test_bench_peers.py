@@ -280,3 +280,16 @@ def test_llama_cpp_python_lookup_runs_past_n_batch_tokens_of_context(tiny_pair: 
     finally:
         peer.close()
         engine.close()
+
+
+def test_upstream_draft_is_draft_simple_with_the_draft_model() -> None:
+    """upstream-draft: llama-server's draft-simple on our classic draft model (issue 28 point 5)."""
+    d = peers.parse_mode("upstream-draft@4")
+    assert d.needs_draft_model and not d.needs_drafter and d.on_server
+    assert d.spec_args() == ["--spec-type", "draft-simple", "--spec-draft-n-max", "4"]
+    p = peers.ServerPeer(d, Path("llama-server"), Path("t.gguf"), None, 512, 2, 512, draft_model=Path("dm.gguf"))
+    assert p.args[p.args.index("-md") + 1] == "dm.gguf"
+    with pytest.raises(ValueError, match="needs a draft model"):
+        peers.ServerPeer(d, Path("llama-server"), Path("t.gguf"), Path("d.gguf"), 512, 2, 512)
+    with pytest.raises(ValueError, match="one draft file"):
+        peers.parse_mode("upstream-chain:draft-simple+draft-dflash")

@@ -23,6 +23,7 @@ Mode names (comma-separated in `--mode`; `@K` sets the draft length):
 
     upstream-plain                      the server without speculation
     upstream-dflash[@K]                 --spec-type draft-dflash, our drafter (default --spec-draft-n-max 3)
+    upstream-draft[@K]                  --spec-type draft-simple, our classic draft model (--draft-model)
     upstream-lookup[:TYPE][@K]          n-gram speculation; TYPE one of LOOKUP_TYPES (default ngram-mod)
     upstream-chain[:T1+T2...][@K]       chained types, the first that drafts wins
                                         (default ngram-simple+draft-dflash)
@@ -78,11 +79,11 @@ def after_first_step(n: int, n_first: int, seconds_after: float) -> float:
     """TOKENS_PER_S: the tokens after the first step's n_first over the time after it (0: none)."""
     return round((n - n_first) / seconds_after, 3) if n > n_first and seconds_after > 0 else 0.0
 
-SERVER_FAMILIES = ("upstream-plain", "upstream-dflash", "upstream-lookup", "upstream-chain")
+SERVER_FAMILIES = ("upstream-plain", "upstream-dflash", "upstream-lookup", "upstream-chain", "upstream-draft")
 PY_LOOKUP = "llama-cpp-python-lookup"
 FAMILIES = (*SERVER_FAMILIES, PY_LOOKUP)
 # our modes a peer is compared with, first found (hybrid drafts from both sources, as a chain does)
-OURS_PREFERENCE = ("hybrid", "adaptive-conf", "adaptive", "lookup", "fixed")
+OURS_PREFERENCE = ("hybrid", "adaptive-conf", "adaptive", "lookup", "fixed", "draft-model")
 
 START_TIMEOUT_S = 600.0
 REQUEST_TIMEOUT_S = 900.0
@@ -100,6 +101,10 @@ class PeerSpec:
         return "draft-dflash" in self.spec_types
 
     @property
+    def needs_draft_model(self) -> bool:
+        return "draft-simple" in self.spec_types
+
+    @property
     def on_server(self) -> bool:
         return self.family in SERVER_FAMILIES
 
@@ -111,7 +116,7 @@ class PeerSpec:
         if self.k is None:
             return args
         for t in self.spec_types:
-            if t == "draft-dflash":
+            if t in ("draft-dflash", "draft-simple"):  # one knob for both (params.draft.n_max)
                 args += ["--spec-draft-n-max", str(self.k)]
             elif t in ("ngram-simple", "ngram-map-k", "ngram-map-k4v"):
                 args += [f"--spec-{t}-size-m", str(self.k)]
@@ -145,6 +150,10 @@ def parse_mode(mode: str) -> PeerSpec | None:
         if types:
             raise ValueError(f"{mode!r}: upstream-dflash takes no type (it is draft-dflash)")
         return PeerSpec(mode, family, ("draft-dflash",), k)
+    if family == "upstream-draft":
+        if types:
+            raise ValueError(f"{mode!r}: upstream-draft takes no type (it is draft-simple)")
+        return PeerSpec(mode, family, ("draft-simple",), k)
     if family == "upstream-lookup":
         types = types or (DEFAULT_LOOKUP,)
         if len(types) != 1 or types[0] not in LOOKUP_TYPES:
@@ -156,6 +165,8 @@ def parse_mode(mode: str) -> PeerSpec | None:
         types = types or DEFAULT_CHAIN
         if len(types) < 2:
             raise ValueError(f"{mode!r}: a chain needs two or more types, e.g. upstream-chain:ngram-mod+draft-dflash")
+        if {"draft-simple", "draft-dflash"} <= set(types):
+            raise ValueError(f"{mode!r}: draft-simple and draft-dflash both need the server's one draft file (-md)")
         return PeerSpec(mode, family, types, k)
     if types:
         raise ValueError(f"{mode!r}: {PY_LOOKUP} takes no type")
@@ -211,10 +222,12 @@ class ServerPeer:
     """One llama-server for one mode, on a free loopback port."""
 
     def __init__(self, spec: PeerSpec, exe: Path, target: Path, drafter: Path | None, n_ctx: int,
-                 n_threads: int, n_batch: int, n_gpu_layers: int = 0):
+                 n_threads: int, n_batch: int, n_gpu_layers: int = 0, draft_model: Path | None = None):
         self.spec = spec
         if spec.needs_drafter and drafter is None:
             raise ValueError(f"{spec.mode} needs a drafter (--drafter, or the bundled pair)")
+        if spec.needs_draft_model and draft_model is None:
+            raise ValueError(f"{spec.mode} needs a draft model (--draft-model)")
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = Path(tempfile.mkstemp(prefix=f"flashdesk-{spec.mode.replace(':', '_')}-", suffix=".log")[1])
@@ -224,8 +237,9 @@ class ServerPeer:
                      "-t", threads, "-tb", threads, "-ngl", str(n_gpu_layers), "--no-webui",
                      # our sizes as given (no fitting to free memory), no host-memory prompt cache
                      "-fit", "off", "-cram", "0"]
-        if spec.needs_drafter:
-            self.args += ["-md", str(drafter), "-td", threads, "-tbd", threads, "-ngld", str(n_gpu_layers)]
+        if spec.needs_drafter or spec.needs_draft_model:
+            self.args += ["-md", str(drafter if spec.needs_drafter else draft_model), "-td", threads, "-tbd", threads,
+                          "-ngld", str(n_gpu_layers)]
         self.args += spec.spec_args()
         self.proc: subprocess.Popen | None = None
 
@@ -397,7 +411,8 @@ def open_peers(engine: Engine, modes: list[str], log: Callable[[str], None] | No
                 assert exe is not None
                 p: ServerPeer | PythonLookupPeer = ServerPeer(
                     s, exe, engine.target.path, engine.drafter.path if engine.drafter else None, engine.n_ctx,
-                    engine.config.n_threads, engine.config.n_batch, place.n_gpu_layers if place else 0)
+                    engine.config.n_threads, engine.config.n_batch, place.n_gpu_layers if place else 0,
+                    engine.draft_model.model.path if engine.draft_model else None)
             else:
                 p = PythonLookupPeer(s, engine)
             peers[s.mode] = p

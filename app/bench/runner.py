@@ -185,8 +185,9 @@ def bench(engine: Engine, prompts: list[BenchPrompt], modes: list[str], max_toke
         modes = ["plain", *modes]
     if not engine.has_drafter and any(needs_drafter(m) for m in modes):
         raise ValueError(f"the modes {', '.join(m for m in modes if needs_drafter(m))} need a drafter")
-    if "draft-model" in modes and engine.draft_model is None:
-        raise ValueError("the draft-model mode needs a draft model (--draft-model)")
+    wants_dm = [m for m in modes if m == "draft-model" or getattr(peer_modes.parse_mode(m), "needs_draft_model", False)]
+    if wants_dm and engine.draft_model is None:
+        raise ValueError(f"the modes {', '.join(wants_dm)} need a draft model (--draft-model)")
     ours = [m for m in modes if not peer_modes.is_peer(m)]
     rows = []
     t0 = time.time()
