@@ -3,11 +3,18 @@ drafters that fit them, and a random drafter for any real target.
 
     python -m gguf_tools synth pair OUT_DIR [--arch qwen3|gemma3|...]
     python -m gguf_tools synth drafter --target T.gguf --out D.gguf
+    python -m gguf_tools synth standin OUT_DIR [--shape qwen3-4b|qwen3-1.7b|small]
 
 A tiny target has a 64-token SPM vocabulary (lowercase letters, digits,
 a few bigrams; `<mask>` = 3), 64-dim, 2-4
 layers: about 1 MB, loads in milliseconds. Random weights give ~0 natural
 acceptance; tests force drafts to exercise multi-token acceptance.
+
+A stand-in (issue 30) is a real consumer target's shape (layers, widths,
+vocabulary size) with random weights, quantized Q4_K_M, and a random F16
+DFlash drafter of the published drafters' shape: a pass reads as many bytes
+as the real model's, so verify(n)/verify(1) and the drafter pass cost what
+they would, while acceptance is forced (app.bench.forced).
 """
 
 from __future__ import annotations
@@ -48,14 +55,16 @@ class TinyShape:
     n_ctx: int = 1024
 
 
-def _tiny_vocab(w: gguf.GGUFWriter) -> None:
+def _tiny_vocab(w: gguf.GGUFWriter, n_vocab: int = len(TINY_VOCAB)) -> None:
+    """The tiny vocabulary, padded to n_vocab with pieces no text produces (a stand-in's size)."""
+    tokens = TINY_VOCAB + [f"<r{i}>" for i in range(n_vocab - len(TINY_VOCAB))]
     w.add_tokenizer_model("llama")
     w.add_tokenizer_pre("default")
-    w.add_token_list(TINY_VOCAB)
-    w.add_token_scores([-float(i) for i in range(len(TINY_VOCAB))])
+    w.add_token_list(tokens)
+    w.add_token_scores([-float(i) for i in range(len(tokens))])
     types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL,
              gguf.TokenType.NORMAL, gguf.TokenType.BYTE]
-    w.add_token_types(types + [gguf.TokenType.NORMAL] * (len(TINY_VOCAB) - len(types)))
+    w.add_token_types(types + [gguf.TokenType.NORMAL] * (len(tokens) - len(types)))
     w.add_unk_token_id(0)
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
@@ -251,6 +260,65 @@ def write_tiny_pair(out_dir: str | Path, arch: str = "qwen3", seed: int = 0, blo
     return target, drafter
 
 
+@dataclass(frozen=True)
+class StandinShape:
+    shape: TinyShape
+    n_vocab: int
+    drafter_layers: int
+
+
+# Qwen3's published config.json (tied embeddings up to 4B); drafters of 5 layers, as z-lab's Qwen3 DFlash
+# drafters (the 8B's config; the 4B's is not checked here). `small` is the dry run's, seconds to write.
+STANDINS = {
+    "qwen3-4b": StandinShape(TinyShape(n_embd=2560, n_layer=36, n_head=32, n_head_kv=8, head_dim=128, n_ff=9728,
+                                       n_ctx=40960), 151936, 5),
+    "qwen3-1.7b": StandinShape(TinyShape(n_embd=2048, n_layer=28, n_head=16, n_head_kv=8, head_dim=128, n_ff=6144,
+                                         n_ctx=40960), 151936, 5),
+    "small": StandinShape(TinyShape(n_embd=256, n_layer=6, n_head=4, n_head_kv=2, head_dim=64, n_ff=768,
+                                    n_ctx=4096), 8192, 2),
+}
+
+
+def write_standin(out_dir: str | Path, key: str = "qwen3-4b", seed: int = 0) -> tuple[Path, Path]:
+    """(target, drafter): a Qwen3 target of shape STANDINS[key], random Q4_K_M (written F16, quantized,
+    the F16 file deleted), and a random F16 DFlash drafter (block 16) for it. Every layer holds the
+    same random tensors (the F16 file is streamed from one layer's arrays); the cost of a pass does
+    not depend on the values."""
+    from gguf_tools.quantize import quantize  # loads the native library: only a stand-in needs it
+
+    spec = STANDINS[key]
+    s = spec.shape
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    f16 = out_dir / f"standin-{key}-F16.tmp.gguf"
+    target = out_dir / f"standin-{key}-Q4_K_M.gguf"
+    r = _Rand(seed, np.float16)
+    w = gguf.GGUFWriter(str(f16), "qwen3")
+    w.add_name(f"flashdesk stand-in {key} (random weights)")
+    add_transformer_header(w, n_ctx=s.n_ctx, n_embd=s.n_embd, n_layer=s.n_layer, n_ff=s.n_ff,
+                           n_head=s.n_head, n_head_kv=s.n_head_kv, head_dim=s.head_dim)
+    w.add_rope_freq_base(1e6)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+    _tiny_vocab(w, spec.n_vocab)
+    emb = np.empty((spec.n_vocab, s.n_embd), dtype=np.float16)  # tied: the output head too
+    for i in range(0, spec.n_vocab, 8192):  # in chunks: float64 noise for all of it would be GBs
+        emb[i:i + 8192] = r.rng.standard_normal((min(8192, spec.n_vocab - i), s.n_embd)).astype(np.float16)
+    w.add_tensor("token_embd.weight", emb)
+    w.add_tensor("output_norm.weight", r.norm(s.n_embd))
+    layer = {name.split(".", 2)[2]: arr for name, arr in _layer_tensors("qwen3", s, r, 0).items()}
+    for il in range(s.n_layer):
+        for name, arr in layer.items():
+            w.add_tensor(f"blk.{il}.{name}", arr)
+    _finish(w)
+    try:
+        quantize(f16, target, "Q4_K_M")
+    finally:
+        f16.unlink(missing_ok=True)
+    drafter = write_drafter(out_dir / f"standin-{key}-dflash-F16.gguf", target, n_layer=spec.drafter_layers,
+                            block_size=16, seed=seed + 1, dtype=np.float16, mask_token_id=TINY_MASK_ID)
+    return target, drafter
+
+
 def _finish(w: gguf.GGUFWriter) -> None:
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -272,8 +340,14 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--layers", type=int, default=2)
     d.add_argument("--block-size", type=int, default=16)
     d.add_argument("--f16", action="store_true")
+    st = sub.add_parser("standin", help="write a real target shape with random Q4_K_M weights + its drafter")
+    st.add_argument("out_dir", help="e.g. ~/.cache/flashdesk/standin (GBs: not the repository)")
+    st.add_argument("--shape", default="qwen3-4b", choices=sorted(STANDINS))
     args = ap.parse_args(argv)
-    if args.cmd == "pair":
+    if args.cmd == "standin":
+        for p in write_standin(Path(args.out_dir).expanduser(), args.shape):
+            print(p)
+    elif args.cmd == "pair":
         t, dr = write_tiny_pair(args.out_dir, args.arch, args.seed)
         print(t)
         print(dr)

@@ -14,7 +14,7 @@ import pytest
 from app.bench.forced import ZLAB_BLOCK16, accepted, tau
 from app.engine.calibration import CostModel
 from app.engine.controller import DraftController
-from app.engine.draft_policy import DFLASH, StepInfo, StepTiming
+from app.engine.draft_policy import StepInfo, StepTiming
 
 STEP_S = 0.008  # an 8B Q4_K_M target's step on a 3090: 4.7 GB of weights at ~900 GB/s, plus overhead
 # the drafter, once it no longer matches the text (tau = E(15) = 2.25)

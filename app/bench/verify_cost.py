@@ -25,16 +25,16 @@ import time
 from pathlib import Path
 
 from app.bench.info import run_info
-from app.engine.llama_objects import ContextConfig, LlamaContext, LlamaModel, TokenBatch
+from app.engine.llama_objects import ContextConfig, LlamaContext, LlamaModel, ModelPlacement, TokenBatch
 
 STOCK_ENV = {"GGML_CPU_SMALLBATCH": "0", "GGML_CPU_FA_SMALL": "0"}
 
 
 def measure(target: Path, ns: list[int], rounds: int, reps: int = 3, context: int = 120,
-            n_threads: int = 0) -> dict[str, list[float]]:
-    """Seconds per pass, per size (and "1-again"), over all rounds."""
+            n_threads: int = 0, n_gpu_layers: int = 0) -> dict[str, list[float]]:
+    """Seconds per pass, per size (and "1-again"), over all rounds (n_gpu_layers: llama.cpp's, 999 = all)."""
 
-    model = LlamaModel(target)
+    model = LlamaModel(target, ModelPlacement(n_gpu_layers=n_gpu_layers))
     ctx = LlamaContext(model, ContextConfig(n_ctx=max(1024, context + 64), n_batch=512, n_ubatch=512,
                                             n_threads=n_threads))
     batch = TokenBatch(512)
@@ -76,7 +76,8 @@ def _p10_p90(xs: list[float]) -> tuple[float, float]:
     return s[int(0.1 * (len(s) - 1))], s[int(0.9 * (len(s) - 1))]
 
 
-def run(target: Path, ns: list[int], rounds: int, compare_stock: bool, n_threads: int = 0) -> dict:
+def run(target: Path, ns: list[int], rounds: int, compare_stock: bool, n_threads: int = 0,
+        n_gpu_layers: int = 0) -> dict:
     """Measure in child processes (the kernels are chosen when the library loads): ours, and
     with --compare-stock the stock kernels, alternating one round at a time."""
     kinds = ["flashdesk"] + (["stock"] if compare_stock else [])
@@ -85,7 +86,7 @@ def run(target: Path, ns: list[int], rounds: int, compare_stock: bool, n_threads
         for kind in kinds:
             env = os.environ | (STOCK_ENV if kind == "stock" else {})
             cmd = [sys.executable, "-m", "app.bench.verify_cost", str(target), ",".join(map(str, ns)), "1",
-                   str(n_threads)]
+                   str(n_threads), str(n_gpu_layers)]
             res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
             if res.returncode != 0:
                 raise RuntimeError(f"verify-cost child failed: {res.stderr[-1500:]}")
@@ -93,7 +94,7 @@ def run(target: Path, ns: list[int], rounds: int, compare_stock: bool, n_threads
                 acc[kind].setdefault(key, []).extend(v)
         print(f"[verify-cost] round {r + 1}/{rounds}", file=sys.stderr, flush=True)
     out: dict = {"run": run_info(n_threads), "target": str(target), "context": 120, "rounds": rounds,
-                 "sizes": ns}
+                 "sizes": ns, "n_gpu_layers": n_gpu_layers}
     for kind in kinds:
         out[kind] = summarize(acc[kind])
     if compare_stock:
@@ -102,6 +103,7 @@ def run(target: Path, ns: list[int], rounds: int, compare_stock: bool, n_threads
     return out
 
 
-if __name__ == "__main__":  # one child measurement: TARGET SIZES ROUNDS THREADS -> JSON of seconds
+if __name__ == "__main__":  # one child measurement: TARGET SIZES ROUNDS THREADS [GPU_LAYERS] -> JSON of seconds
     t, sizes, n_rounds, threads = sys.argv[1:5]
-    print(json.dumps(measure(Path(t), [int(x) for x in sizes.split(",")], int(n_rounds), n_threads=int(threads))))
+    print(json.dumps(measure(Path(t), [int(x) for x in sizes.split(",")], int(n_rounds), n_threads=int(threads),
+                             n_gpu_layers=int(sys.argv[5]) if len(sys.argv) > 5 else 0)))

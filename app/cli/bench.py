@@ -44,6 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     v.add_argument("--sizes", default="1,2,3,4,5,6,7,8,12,16", help="token counts n (default 1..8,12,16)")
     v.add_argument("--rounds", type=int, default=10, help="rounds over all sizes (default 10)")
     v.add_argument("--threads", type=int, default=0, help="CPU threads (default: all cores)")
+    v.add_argument("--gpu", action="store_true", help="all layers on the GPU (a CUDA build: FLASHDESK_CUDA=1)")
     v.add_argument("--compare-stock", action="store_true",
                    help="also measure llama.cpp's stock CPU kernels (same build, kernels switched off)")
     v.add_argument("--json", help="also write the result to this file")
@@ -159,7 +160,7 @@ def cmd_context_cost(args: argparse.Namespace) -> int:
 def cmd_verify_cost(args: argparse.Namespace) -> int:
     target = Path(args.target) if args.target else default_target()
     sizes = [int(x) for x in args.sizes.split(",")]
-    out = verify_cost.run(target, sizes, args.rounds, args.compare_stock, args.threads)
+    out = verify_cost.run(target, sizes, args.rounds, args.compare_stock, args.threads, 999 if args.gpu else 0)
     text = json.dumps(out, indent=2)
     if args.json:
         Path(args.json).write_text(text + "\n")
