@@ -179,7 +179,7 @@ def test_load_engine_on_gpu_loads_what_the_plan_says(shapes: dict[str, Path], mo
     """load_engine plans on the detected devices and hands those parameters to the engine."""
     loaded = []
     monkeypatch.setattr(models, "detect_inventory", two_3090s)
-    monkeypatch.setattr(models, "Engine", lambda target, drafter, cfg, progress=None, pair=None:
+    monkeypatch.setattr(models, "Engine", lambda target, drafter, cfg, progress=None, pair=None, draft_model=None:
                         loaded.append((target, drafter, cfg, pair)) or "engine")
     spec = ModelSpec(str(shapes["llama3.3-70b"]), str(shapes["llama3.3-70b-dflash"]), n_ctx=8192, device=DEVICE_GPU)
     checked = object()  # the pair check's report (header-only shape files carry no tokenizer to check)

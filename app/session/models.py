@@ -116,9 +116,13 @@ def engine_config_for(spec: ModelSpec, inventory: Inventory | None = None) -> En
     if spec.device == DEVICE_GPU:
         plan = plan_for(spec, inventory)
         try:
-            return engine_config(plan, n_threads=spec.n_threads)
+            cfg = engine_config(plan, n_threads=spec.n_threads)
         except PlanInputError as e:
             raise ModelLoadError(f"{spec.target}: no GPU placement: {e}") from None
+        # a classic draft model goes whole onto the first GPU: its passes run one after another, so on
+        # the CPU they would cost more than they save (the split planner does not count its memory yet)
+        cfg.draft_model_placement = ModelPlacement(n_gpu_layers=999)
+        return cfg
     cpu = ModelPlacement(n_gpu_layers=0)
     return EngineConfig(n_ctx=spec.n_ctx, n_threads=spec.n_threads, target_placement=cpu, drafter_placement=cpu,
                         draft_model_placement=cpu)
