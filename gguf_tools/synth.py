@@ -56,15 +56,20 @@ class TinyShape:
 
 
 def _tiny_vocab(w: gguf.GGUFWriter, n_vocab: int = len(TINY_VOCAB)) -> None:
-    """The tiny vocabulary, padded to n_vocab with pieces no text produces (a stand-in's size)."""
-    tokens = TINY_VOCAB + [f"<r{i}>" for i in range(n_vocab - len(TINY_VOCAB))]
+    """The tiny vocabulary; a stand-in's padded to n_vocab with the byte tokens (any text tokenizes:
+    SentencePiece falls back to bytes) and then pieces no text produces."""
+    tokens = list(TINY_VOCAB)
+    if n_vocab > len(tokens):
+        tokens += [f"<0x{b:02X}>" for b in range(256) if f"<0x{b:02X}>" not in TINY_VOCAB]
+        tokens += [f"<r{i}>" for i in range(n_vocab - len(tokens))]
     w.add_tokenizer_model("llama")
     w.add_tokenizer_pre("default")
     w.add_token_list(tokens)
     w.add_token_scores([-float(i) for i in range(len(tokens))])
     types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL,
              gguf.TokenType.NORMAL, gguf.TokenType.BYTE]
-    w.add_token_types(types + [gguf.TokenType.NORMAL] * (len(tokens) - len(types)))
+    w.add_token_types(types + [gguf.TokenType.BYTE if t.startswith("<0x") else gguf.TokenType.NORMAL
+                               for t in tokens[len(types):]])
     w.add_unk_token_id(0)
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)

@@ -31,6 +31,7 @@ from native import config
 SDIST_NAME = f"llama_cpp_python-{config.LLAMA_CPP_PYTHON_VERSION}"
 # the llama.cpp commit that llama-cpp-python 0.3.36 vendors (its CHANGELOG)
 LLAMA_CPP_COMMIT = "0c1e57098"
+CUDA_ARCHS_ENV = "FLASHDESK_CUDA_ARCHS"  # e.g. "90": build the cuda variant for these architectures only
 
 
 class BuildError(RuntimeError):
@@ -224,6 +225,10 @@ def build(variant: str, force: bool = False, jobs: int | None = None) -> Path:
     jobs = jobs or os.cpu_count() or 2
     t0 = time.time()
     extra, runtime_libs = cuda_toolkit_flags(work) if variant == "cuda" else ([], [])
+    if variant == "cuda" and os.environ.get(CUDA_ARCHS_ENV):
+        # one device's architecture only (scripts/gpu_check.py: minutes instead of three archs' worth);
+        # the later -D wins. Such a build belongs in its own FLASHDESK_NATIVE_CACHE: the key ignores it
+        extra.append(f"-DCMAKE_CUDA_ARCHITECTURES={os.environ[CUDA_ARCHS_ENV]}")
     run_streamed(["cmake", "-S", str(llama_dir), "-B", str(bdir), *config.VARIANT_FLAGS[variant], *extra],
                  work, log_file)
     run_streamed(["cmake", "--build", str(bdir), "--config", "Release", "-j", str(jobs),

@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--drafter", required=True)
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--max-tokens", type=int, default=256)
-    ap.add_argument("--ctx", type=int, default=2048)
+    ap.add_argument("--ctx", type=int, default=4096)  # as the CLI's: the same cached calibration
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--gpu", action="store_true", help="all layers of both models on the GPU (a CUDA build)")
     ap.add_argument("--json", help="also write the result here")
