@@ -1,0 +1,33 @@
+"""The host-cost bench (issue 30, point 1): every host part of a step is timed for n = 1..16 on the
+real bundled target, and the 3090 projection's arithmetic is the one its note states."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.bench import host_cost
+from app.bundled import default_drafter, default_target
+
+PARTS = {"argmax_c", "sample_rows", "taps_out", "taps_into_drafter_batch", "lookup_find", "controller",
+         "text_and_stats", "ctypes_calls_x10"}
+
+
+def test_projection_arithmetic() -> None:
+    row = {"greedy_total": 100.0, "sampling_total": 1000.0}
+    p = host_cost.project({"1": row, "16": row})
+    step_8b = 4.92e9 / 936e9 + 0.5e-3  # weights / bandwidth + launches
+    assert p["8B"]["step_ms"] == pytest.approx(step_8b * 1e3, abs=1e-3)
+    assert p["8B"]["by_n"]["1"]["host_greedy_share"] == pytest.approx(100e-6 / step_8b, abs=1e-4)
+    # 16 rows of 128,256 logits and 5 taps of 4,096 floats at 25 GB/s
+    assert p["8B"]["by_n"]["16"]["pcie_logits_and_taps_us"] == pytest.approx(
+        16 * (128256 + 5 * 4096) * 4 / 25e9 * 1e6, abs=0.1)
+    assert p["27B"]["step_ms"] > 3 * p["8B"]["step_ms"]
+
+
+def test_every_part_is_timed_for_every_size() -> None:
+    m = host_cost.measure(default_target(), default_drafter(), reps=1)
+    assert list(m["us_by_n"]) == [str(n) for n in range(1, 17)]
+    assert len(m["tap_layers"]) >= 1 and m["n_vocab"] == 262144
+    for row in m["us_by_n"].values():
+        assert PARTS <= set(row) and all(row[k] > 0 for k in PARTS)
+        assert row["greedy_total"] == pytest.approx(sum(row[k] for k in PARTS - {"sample_rows"}), abs=0.1)
