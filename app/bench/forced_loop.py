@@ -7,7 +7,7 @@ the forced acceptance). Each mode's output must equal plain decoding's (checked)
 (`python -m gguf_tools synth standin`) this is the loop on a bandwidth-bound target whose drafter
 is random: only the costs are the real shape's, the acceptance is the profile's.
 
-    python -m app.bench.forced_loop --target T.gguf --drafter D.gguf [--gpu] --json out.json
+    python -m app.bench.forced_loop --target T.gguf --drafter D.gguf [--gpu] --json out.json --plot out.png
 """
 
 from __future__ import annotations
@@ -105,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--gpu", action="store_true", help="all layers of both models on the GPU (a CUDA build)")
     ap.add_argument("--json", help="also write the result here")
+    ap.add_argument("--plot", help="also draw it to this PNG")
     args = ap.parse_args(argv)
     place = ModelPlacement(n_gpu_layers=999) if args.gpu else None
     engine = Engine(args.target, args.drafter, EngineConfig(n_ctx=args.ctx, n_threads=args.threads,
@@ -117,6 +118,10 @@ def main(argv: list[str] | None = None) -> int:
     text = json.dumps(out, indent=2)
     if args.json:
         Path(args.json).write_text(text + "\n")
+    if args.plot:
+        from app.bench.plot import plot_forced_loop  # matplotlib only when asked
+
+        plot_forced_loop(out, args.plot)
     print(text)
     return 0
 

@@ -85,3 +85,23 @@ def plot_verify_cost(result: dict, out: str | Path) -> Path:
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return Path(out)
+
+
+def plot_forced_loop(result: dict, out: str | Path) -> Path:
+    """A PNG of an app.bench.forced_loop result: the cost model's tokens/s for drafting k every step
+    under the forced profile, and what each mode measured at its k."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    pred = result["predicted_tokens_per_s_by_k"]
+    ax.plot(range(len(pred)), pred, "-", color="grey", label=f"predicted tau(k)/c(k) (tau {result['tau']} at 15)")
+    for mode, m in result["modes"].items():
+        ax.plot([m["k"]], [m["tokens_per_s"]], "o", label=f"{mode}: {m['tokens_per_s']:.1f} tok/s at k={m['k']} "
+                                                           f"({m['measured_over_predicted']:.2f}x predicted)")
+    ax.set_xlabel("drafts per step (k)")
+    ax.set_ylabel("tokens/s")
+    ax.set_title("drafts forced at the profile: measured against the cost model")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return Path(out)
