@@ -273,13 +273,14 @@ class StandinShape:
 
 
 # Qwen3's published config.json (tied embeddings up to 4B); drafters of 5 layers, as z-lab's Qwen3 DFlash
-# drafters (the 8B's config; the 4B's is not checked here). `small` is the dry run's, seconds to write.
+# drafters (the 8B's config; the 4B's is not checked here). `small` is the dry run's, seconds to write,
+# with Qwen3-4B's quirks: attention wider than the model (8 x 64 > 256) and 4 query heads per KV head.
 STANDINS = {
     "qwen3-4b": StandinShape(TinyShape(n_embd=2560, n_layer=36, n_head=32, n_head_kv=8, head_dim=128, n_ff=9728,
                                        n_ctx=40960), 151936, 5),
     "qwen3-1.7b": StandinShape(TinyShape(n_embd=2048, n_layer=28, n_head=16, n_head_kv=8, head_dim=128, n_ff=6144,
                                          n_ctx=40960), 151936, 5),
-    "small": StandinShape(TinyShape(n_embd=256, n_layer=6, n_head=4, n_head_kv=2, head_dim=64, n_ff=768,
+    "small": StandinShape(TinyShape(n_embd=256, n_layer=6, n_head=8, n_head_kv=2, head_dim=64, n_ff=768,
                                     n_ctx=4096), 8192, 2),
 }
 
