@@ -18,6 +18,7 @@ from app.engine.params import GenerationParams
 BASELINE_REQUEST = "tell me a short story about a lighthouse keeper and the sea"
 SOURCE_CALIBRATION = "calibration"
 SOURCE_PLAIN_RUN = "plain run"
+SOURCE_PLAIN_REPLY = "plain reply"  # the same prompt through the same session, just before (app.ui.headless)
 
 
 @dataclass

@@ -1,0 +1,118 @@
+"""The first reply a new user sees, measured as they see it (issue 29, item 5): `make run` on a machine
+without a display prints one short headless reply (app.ui.headless) and a line under it,
+"[19 tokens, 84.4 tok/s, tau 1.27, 0.88x vs plain 96.1 tok/s measured, stop]" (its plain speed: the
+same prompt answered plain through the same session just before, in the same process). This runs that
+reply in --runs fresh processes, each followed by a fresh process answering the same prompt with plain
+decoding (the same session, speculation off, after the same plain reply first), and writes JSON: each
+run's line as printed and parsed, the ratio the line printed and the one measured against the plain
+process next to it, and the medians.
+
+    python scripts/first_reply.py --runs 10 --json docs/bench/first-reply-cpu.json
+    python scripts/first_reply.py --runs 10 --fresh-cache ...   # each run calibrates first (a new machine)
+
+A line is truthful when its printed ratio is within --tolerance of the measured one. Timings are only
+meaningful on a quiet machine (another job on the second core makes them worthless).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from app.bench.info import run_info  # noqa: E402 - after the path
+from app.ui.headless import HEADLESS_MAX_TOKENS, HEADLESS_PROMPT  # noqa: E402
+
+# "[19 tokens, 84.4 tok/s, tau 1.27, 0.88x vs plain 96.1 tok/s measured, stop]"
+LINE = re.compile(r"^\[(?P<tokens>\d+) tokens, (?P<tps>[\d.]+) tok/s, tau (?P<tau>[\d.]+)"
+                  r"(?:, (?P<speedup>[\d.]+)x vs plain (?P<base>[\d.]+) tok/s measured)?, (?P<finish>\w+)\]$")
+
+
+def parse_line(stdout: str) -> dict:
+    """The line under the reply, as printed and as numbers (ValueError if the reply printed none)."""
+    for line in reversed(stdout.strip().splitlines()):
+        m = LINE.match(line.strip())
+        if m:
+            return {"line": line.strip(), "tokens": int(m["tokens"]), "tokens_per_s": float(m["tps"]),
+                    "tau": float(m["tau"]), "speedup_printed": float(m["speedup"]) if m["speedup"] else None,
+                    "baseline_printed": float(m["base"]) if m["base"] else None, "finish": m["finish"]}
+    raise ValueError(f"no stats line in the headless output:\n{stdout[-2000:]}")
+
+
+def run_once(speculative: bool, max_tokens: int, prompt: str, cache_dir: str | None) -> dict:
+    """One headless reply in a new process (the app's own code path: app.ui.headless.run_headless)."""
+    code = ("import sys; from app.ui.headless import run_headless; "
+            f"sys.exit(run_headless(prompt={prompt!r}, max_tokens={max_tokens}, speculative={speculative}))")
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")}
+    env["PYTHONPATH"] = str(REPO)
+    if cache_dir is not None:
+        env["XDG_CACHE_HOME"] = cache_dir
+    p = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
+                       timeout=1800)
+    if p.returncode != 0:
+        raise RuntimeError(f"the headless reply failed ({p.returncode}):\n{p.stderr[-3000:]}")
+    return parse_line(p.stdout)
+
+
+def measure(runs: int, max_tokens: int, prompt: str, fresh_cache: bool, tolerance: float) -> dict:
+    out: list[dict] = []
+    for i in range(runs):
+        with tempfile.TemporaryDirectory() as tmp:
+            cache = tmp if fresh_cache else None
+            spec = run_once(True, max_tokens, prompt, cache)
+            plain = run_once(False, max_tokens, prompt, cache)
+        measured = spec["tokens_per_s"] / plain["tokens_per_s"] if plain["tokens_per_s"] > 0 else None
+        printed = spec["speedup_printed"]
+        truthful = (printed is not None and measured is not None
+                    and abs(printed - measured) <= tolerance * measured)
+        out.append({"run": i, "speculative": spec, "plain": plain,
+                    "speedup_measured": round(measured, 4) if measured else None, "speedup_printed": printed,
+                    "truthful": truthful})
+        print(f"run {i}: {spec['line']}  |  plain {plain['tokens_per_s']:.1f} tok/s: "
+              f"measured {measured:.2f}x" if measured else f"run {i}: {spec['line']}", file=sys.stderr, flush=True)
+
+    def med(xs: list[float | None]) -> float | None:
+        xs = [x for x in xs if x is not None]
+        return round(statistics.median(xs), 4) if xs else None
+
+    return {"run_info": run_info(), "prompt": prompt, "max_tokens": max_tokens, "fresh_cache": fresh_cache,
+            "tolerance": tolerance, "runs": out,
+            "median_tokens_per_s": med([r["speculative"]["tokens_per_s"] for r in out]),
+            "median_plain_tokens_per_s": med([r["plain"]["tokens_per_s"] for r in out]),
+            "median_speedup_measured": med([r["speedup_measured"] for r in out]),
+            "median_speedup_printed": med([r["speedup_printed"] for r in out]),
+            "all_truthful": all(r["truthful"] for r in out)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--max-tokens", type=int, default=HEADLESS_MAX_TOKENS, help="the headless reply's budget")
+    ap.add_argument("--prompt", default=HEADLESS_PROMPT)
+    ap.add_argument("--fresh-cache", action="store_true",
+                    help="each run with an empty cache directory: the reply calibrates first, as on a new machine")
+    ap.add_argument("--tolerance", type=float, default=0.10,
+                    help="a printed ratio within this share of the measured one is truthful")
+    ap.add_argument("--json", type=Path, help="write the result here (else stdout)")
+    args = ap.parse_args(argv)
+    result = measure(args.runs, args.max_tokens, args.prompt, args.fresh_cache, args.tolerance)
+    text = json.dumps(result, indent=1)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(text + "\n")
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""scripts/first_reply.py (issue 29, item 5): the headless first reply in fresh processes against the
+same prompt decoded plain, its line parsed, and whether the ratio it printed is the one measured."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "scripts"))
+
+import first_reply  # noqa: E402 - scripts/ is not a package
+
+
+def test_the_line_is_parsed_as_the_app_prints_it() -> None:
+    out = "Assistant: It drafts.\n\n[19 tokens, 84.4 tok/s, tau 1.27, 0.88x vs plain 96.1 tok/s measured, stop]\n"
+    r = first_reply.parse_line(out)
+    assert (r["tokens"], r["tokens_per_s"], r["tau"], r["speedup_printed"], r["baseline_printed"], r["finish"]) == (
+        19, 84.4, 1.27, 0.88, 96.1, "stop")
+    assert first_reply.parse_line("[3 tokens, 5.0 tok/s, tau 1.00, length]")["speedup_printed"] is None
+    with pytest.raises(ValueError):
+        first_reply.parse_line("no line here")
+
+
+@pytest.mark.slow
+def test_one_run_on_a_tiny_budget_writes_a_truthful_line(tmp_path: Path) -> None:
+    """One fresh headless reply of 8 tokens on the bundled pair and one plain: the JSON holds both lines,
+    the printed ratio is the printed tokens/s over the printed baseline, and it is within the
+    tolerance of the ratio measured against the plain process (a wide one: this machine is shared;
+    the lead's quiet run uses 10%)."""
+    out = tmp_path / "first-reply.json"
+    assert first_reply.main(["--runs", "1", "--max-tokens", "8", "--tolerance", "0.5", "--json", str(out)]) == 0
+    d = json.loads(out.read_text())
+    (run,) = d["runs"]
+    spec, plain = run["speculative"], run["plain"]
+    assert spec["tokens"] == plain["tokens"] and 0 < spec["tokens"] <= 8
+    assert plain["tau"] == 1.0
+    tps, base = spec["tokens_per_s"], spec["baseline_printed"]  # printed to 0.1 tok/s, the ratio to 0.01
+    assert spec["speedup_printed"] == pytest.approx(tps / base, abs=0.005 + tps / base * (0.05 / tps + 0.05 / base))
+    assert run["speedup_measured"] == pytest.approx(spec["tokens_per_s"] / plain["tokens_per_s"], rel=1e-3)
+    assert run["truthful"] and d["all_truthful"], run
+    assert d["median_speedup_measured"] == run["speedup_measured"]
