@@ -8,11 +8,13 @@ from pathlib import Path
 import pytest
 
 from app.bench.context_cost import model_error, run
+from app.bench.plot import plot_context_cost
 from app.engine.calibration import CostModel
 from app.engine.dflash import Engine, EngineConfig
 
 
-def test_every_size_is_measured_at_each_length_with_the_drafters_costs(tiny_pair: tuple[Path, Path]) -> None:
+def test_every_size_is_measured_at_each_length_with_the_drafters_costs(tiny_pair: tuple[Path, Path],
+                                                                      tmp_path: Path) -> None:
     e = Engine(*tiny_pair, EngineConfig(n_ctx=1024))
     try:
         out = run(e, [128, 512, 4096], [1, 2, 4, 8], rounds=1)
@@ -26,6 +28,8 @@ def test_every_size_is_measured_at_each_length_with_the_drafters_costs(tiny_pair
         assert set(at["draft_ms"]) == {"1", "3", "7"} and all(v > 0 for v in at["draft_ms"].values())
         assert at["inject_row_ms"] >= 0 and at["inject_1_row_ms"] > 0
     assert e.block_size == 8
+    png = plot_context_cost(out, tmp_path / "context-cost.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_the_cost_models_error_is_its_prediction_at_the_measured_context() -> None:

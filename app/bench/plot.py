@@ -105,3 +105,32 @@ def plot_forced_loop(result: dict, out: str | Path) -> Path:
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return Path(out)
+
+
+def plot_context_cost(result: dict, out: str | Path) -> Path:
+    """A PNG of a `flashdesk context-cost` result: per context length, the verify of n tokens (ms, the
+    measured curve and the cost model's dashed), and the drafter's pass of n-1 drafts."""
+    fig, (ax, ad) = plt.subplots(1, 2, figsize=(11, 4.5))
+    for at in result["by_context"]:
+        ns = sorted(int(n) for n in at["verify_ms"])
+        line, = ax.plot(ns, [at["verify_ms"][str(n)] for n in ns], "o-", ms=3, label=f"{at['cells']} cells")
+        if "cost_model" in at:
+            ax.plot(ns, [at["cost_model"]["verify_ms"][str(n)] for n in ns], "--", color=line.get_color(), lw=0.8)
+        if "draft_ms" in at:
+            ks = sorted(int(k) for k in at["draft_ms"])
+            ad.plot(ks, [at["draft_ms"][str(k)] for k in ks], "o-", ms=3, color=line.get_color(),
+                    label=f"{at['cells']} cells (inject {at['inject_row_ms']:.3f} ms/row)")
+    ax.set_xlabel("tokens verified (n)")
+    ax.set_ylabel("ms per steady step (drafter's work apart)")
+    ax.set_title("verify(n) by context (dashed: the cost model)", fontsize=10)
+    ad.set_xlabel("drafts (k)")
+    ad.set_ylabel("ms per drafter pass")
+    ad.set_title("the drafter's pass by context", fontsize=10)
+    for a in (ax, ad):
+        a.grid(alpha=0.3)
+        a.legend(fontsize=8)
+    fig.suptitle(f"{Path(result.get('target') or '').name} + {Path(result.get('drafter') or '').name}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return Path(out)

@@ -59,6 +59,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     cc.add_argument("--sizes", default=",".join(map(str, context_cost.SIZES)), help="verify sizes n (default 1..16)")
     cc.add_argument("--rounds", type=int, default=3, help="generations per length (default 3)")
     cc.add_argument("--json", help="also write the result to this file")
+    cc.add_argument("--plot", help="also draw it to this PNG")
     cc.set_defaults(func=cmd_context_cost)
 
     nt = sub.add_parser("near-ties", help="how far verify-pass logits move from single-token decoding (JSON)")
@@ -153,6 +154,8 @@ def cmd_context_cost(args: argparse.Namespace) -> int:
     text = json.dumps(out, indent=2)
     if args.json:
         Path(args.json).write_text(text + "\n")
+    if args.plot:
+        plot.plot_context_cost(out, args.plot)
     print(text)
     return 0
 
