@@ -1,0 +1,57 @@
+"""Memory at 32k (issue 29): `flashdesk plan` for the bundled pair at a 32,768-token context on the CPU,
+set against the buffers llama.cpp itself reports when the engine opens the pair with that context."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.bundled import DEFAULT_DRAFTER
+
+REPO = Path(__file__).resolve().parent.parent
+MIB = 1 << 20
+OPEN_PAIR = ("import logging, sys; logging.basicConfig(level=logging.INFO, format='%(message)s', stream=sys.stdout)\n"
+             "from app.engine.dflash import Engine, EngineConfig\n"
+             "Engine(sys.argv[1], sys.argv[2], EngineConfig(n_ctx=32768)).close()\n")
+
+
+def llama_buffers(log: str) -> list[dict[str, float]]:
+    """Per llama.cpp context, in load order (target, drafter): MiB of weights (every model buffer: the
+    mapped file and the small-batch kernels' repacked copy), KV and compute (with the output buffer)."""
+    out: list[dict[str, float]] = []
+    for line in log.splitlines():
+        m = re.search(r"(model|KV|compute|output) buffer size =\s+([\d.]+) MiB", line)
+        if not m or line.startswith("~"):
+            continue
+        kind, mib = m[1], float(m[2])
+        if kind == "model" and (not out or out[-1]["compute"] > 0):
+            out.append({"weights": 0.0, "kv": 0.0, "compute": 0.0})
+        out[-1][{"model": "weights", "KV": "kv", "compute": "compute", "output": "compute"}[kind]] += mib
+    return out
+
+
+def test_the_plan_at_32k_is_what_llama_cpp_allocates(gemma_target: Path) -> None:
+    """Each part (target weights, KV, compute; the drafter's) within 10% of llama.cpp's own buffers, and
+    the sum within 10%. (Measured once here: target 470.1/470.1 weights, 111.0/111.0 KV, 520.8/515.5
+    compute; drafter 37.4/37.4, 64.0/64.0, 256.6/281.3 compute: -8.8%; total -1.3%.)"""
+    env = os.environ | {"PYTHONPATH": str(REPO)}
+    plan = json.loads(subprocess.run(
+        [sys.executable, "-m", "app.cli", "plan", "--target", str(gemma_target), "--drafter", str(DEFAULT_DRAFTER),
+         "--ctx", "32768", "--json"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300).stdout)
+    b = plan["host"]["bytes"]
+    r = subprocess.run([sys.executable, "-c", OPEN_PAIR, str(gemma_target), str(DEFAULT_DRAFTER)], cwd=REPO,
+                       env=env | {"FLASHDESK_LLAMA_VERBOSE": "1"}, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    target, drafter = llama_buffers(r.stdout + r.stderr)
+    pairs = [(b["weights"], target["weights"]), (b["kv"], target["kv"]), (b["compute"], target["compute"]),
+             (b["drafter_weights"], drafter["weights"]), (b["drafter_kv"], drafter["kv"]),
+             (b["drafter_compute"], drafter["compute"])]
+    for planned, allocated in pairs:
+        assert planned / MIB == pytest.approx(allocated, rel=0.10), (planned / MIB, allocated)
+    assert sum(p for p, _ in pairs) / MIB == pytest.approx(sum(a for _, a in pairs), rel=0.10)
