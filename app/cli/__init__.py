@@ -4,9 +4,10 @@
     flashdesk generate ...         one generation, JSON out
     flashdesk bench ...            plain vs DFlash over a prompt file, JSON out
     flashdesk verify-cost          what a target pass of n tokens costs, JSON out
+    flashdesk context-cost         a loop step's costs by context length (2k-32k), JSON out
     flashdesk calibrate            the cost model of speculation, measured in the loop, JSON out
     flashdesk doctor [--json]      the native build, its CPU variant, taps and devices
-    flashdesk prompts humaneval    write the HumanEval prompt set as JSONL
+    flashdesk prompts NAME         write a prompt set as JSONL (humaneval, chat, docqa, docqa-long, ...)
     flashdesk plan ...             a layer split across GPUs
     flashdesk models ...           the model catalog and downloads
     flashdesk docs ...             document collections and questions
