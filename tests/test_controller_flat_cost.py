@@ -7,14 +7,19 @@ the true acceptance. A controller capped at the CPU's k fails it (shown below)."
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from app.bench.forced import ZLAB_BLOCK16, accepted, tau
+from app.bench.forced import ZLAB_BLOCK16, accepted, profile_drafts, tau
 from app.engine.calibration import CostModel
 from app.engine.controller import DraftController
+from app.engine.dflash import Engine, EngineConfig
 from app.engine.draft_policy import StepInfo, StepTiming
+from app.engine.params import GenerationParams
+from gguf_tools.synth import write_standin
 
 STEP_S = 0.008  # an 8B Q4_K_M target's step on a 3090: 4.7 GB of weights at ~900 GB/s, plus overhead
 # the drafter, once it no longer matches the text (tau = E(15) = 2.25)
@@ -68,3 +73,23 @@ def test_a_controller_capped_at_the_cpu_k_fails_the_flat_regime() -> None:
     with pytest.raises(AssertionError):
         check_flat_regime(lambda cost: DraftController(cost, dflash_k_max=3, lookup_k_max=3,
                                                        refresh_costs=False), 0)
+
+
+def test_the_real_loop_drafts_the_whole_block_where_verify_is_flat(tmp_path: Path) -> None:
+    """The same controller in the engine's loop on a stand-in with a block-16 drafter (drafts forced at
+    the profile, the flat costs given): its steps draft 15, and the output is plain decoding's."""
+    e = Engine(*write_standin(tmp_path, "small"), EngineConfig(n_ctx=1024, n_threads=1))
+    try:
+        prompt = [(7 + 13 * i) % 4000 + 100 for i in range(32)]
+        params = GenerationParams(max_tokens=600)
+        plain = [t for ev in e.generate(prompt, replace(params, speculative=False)) for t in ev.tokens]
+        forced = profile_drafts(len(prompt), plain, ZLAB_BLOCK16, e.target.n_vocab, np.random.default_rng(0))
+        policy = DraftController(flat_costs(), dflash_k_max=e.block_size - 1, refresh_costs=False)
+        out, ev = [], None
+        for ev in e.generate(prompt, params, policy=policy, draft_override=forced):
+            out += ev.tokens
+        assert out == plain
+        late = ev.stats.k_history[len(ev.stats.k_history) // 2:-2]  # the last steps: capped by the room left
+        assert float(np.median(late)) == 15 and min(late) >= 14, str(late)
+    finally:
+        e.close()
