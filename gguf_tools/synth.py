@@ -28,6 +28,7 @@ import gguf
 import numpy as np
 
 from gguf_tools.header import add_transformer_header
+from gguf_tools.quantize import quantize
 from gguf_tools.reader import read_gguf
 
 # Architectures with a tiny-target recipe here (see _layer_tensors).
@@ -290,8 +291,6 @@ def write_standin(out_dir: str | Path, key: str = "qwen3-4b", seed: int = 0) -> 
     the F16 file deleted), and a random F16 DFlash drafter (block 16) for it. Every layer holds the
     same random tensors (the F16 file is streamed from one layer's arrays); the cost of a pass does
     not depend on the values."""
-    from gguf_tools.quantize import quantize  # loads the native library: only a stand-in needs it
-
     spec = STANDINS[key]
     s = spec.shape
     out_dir = Path(out_dir)

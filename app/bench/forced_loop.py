@@ -23,6 +23,7 @@ import numpy as np
 
 from app.bench.forced import ZLAB_BLOCK16, profile_drafts, tau
 from app.bench.info import run_info
+from app.bench.plot import plot_forced_loop
 from app.engine.calibration import calibrate
 from app.engine.controller import DraftController
 from app.engine.dflash import Engine, EngineConfig
@@ -119,8 +120,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         Path(args.json).write_text(text + "\n")
     if args.plot:
-        from app.bench.plot import plot_forced_loop  # matplotlib only when asked
-
         plot_forced_loop(out, args.plot)
     print(text)
     return 0
