@@ -61,8 +61,9 @@ def draft_format(info: GGUFInfo) -> DraftFormat:
         block = _int(info.get("dflash.block_size")) or 16
         if info.tensor("markov_w1.weight") is not None:
             conf = info.tensor("conf_proj.weight") is not None
+            heads = "a Markov head (markov_w1/markov_w2)" + (", a confidence head" if conf else "")
             return DraftFormat(DSPARK, "DSpark", "draft-dspark",
-                               f"a dflash file with a Markov head (markov_w1/markov_w2){', a confidence head' if conf else ''}; "
+                               f"a dflash file with {heads}; "
                                f"block {block}, target layers {layers}",
                                "the target's hidden states at its target layers, the Markov head over the previous "
                                "draft token, an anchor-first block" + ("" if conf else "; no confidence head: "

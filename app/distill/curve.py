@@ -86,8 +86,12 @@ def plot_curve(curve: dict, out: Path) -> Path:
     pts = curve["points"]
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
     x = [p["tokens"] for p in pts]
-    a.plot(x, [p["tau_k3"] for p in pts], "o-", label="tau, drafts of 3")
-    a.plot(x, [p["tau_block"] for p in pts], "s-", label="tau, blocks of 16")
+    # markers only: points of one token count may be siblings (an A/B from the same start), not a chain
+    a.plot(x, [p["tau_k3"] for p in pts], "o", label="tau, drafts of 3")
+    a.plot(x, [p["tau_block"] for p in pts], "s", label="tau, blocks of 16")
+    for p in pts:
+        a.annotate(Path(p["drafter"]).stem, (p["tokens"], p["tau_block"]), fontsize=7, xytext=(3, 4),
+                   textcoords="offset points")
     a.set_xscale("log")
     a.set_xlabel("labelled tokens trained on")
     a.set_title("held-out tau (greedy target replies)")

@@ -96,10 +96,13 @@ def main(argv: list[str] | None = None) -> int:
     target = Path(args.target).expanduser()
     info = read_gguf(target)
     work = Path(args.work).expanduser() if args.work else Path.home() / ".cache" / "flashdesk" / "distill" / target.stem
-    taps = [int(x) for x in args.taps.split(",")] if args.taps else default_taps(info.n_layer)
+    # a warm start reads the taps and keeps the layers of the drafter it starts from
+    warm = read_gguf(Path(args.warm_start).expanduser()) if args.warm_start else None
+    warm_taps = [int(x) for x in warm.arch_get("target_layers")] if warm else None
+    taps = ([int(x) for x in args.taps.split(",")] if args.taps else warm_taps or default_taps(info.n_layer))
     gen_taps = sorted({*taps, *([int(x) for x in args.gen_taps.split(",")] if args.gen_taps else [])})
     n_params = sum(t.n_elements for t in info.tensors)
-    n_layers = args.layers or default_drafter_layers(n_params)
+    n_layers = warm.n_layer if warm else args.layers or default_drafter_layers(n_params)
     say = lambda m: print(f"[distill {time.strftime('%H:%M:%S')}] {m}", flush=True)  # noqa: E731
     say(f"target {target.name}: {info.arch}, {info.n_layer} layers, {n_params / 1e6:.0f}M parameters; "
         f"drafter: {n_layers} layers, taps {taps}; work folder {work}")
@@ -177,8 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         if prior is None:
             ap.error(f"{args.warm_start} does not say how many tokens it was trained on: pass --prior-tokens")
         if list(model.c.target_layers) != taps:
-            ap.error(f"{args.warm_start} reads taps {model.c.target_layers}; pass --taps "
-                     f"{','.join(map(str, model.c.target_layers))}")
+            ap.error(f"{args.warm_start} reads taps {model.c.target_layers}, not --taps {args.taps}")
         cfg.n_layer, cfg.draft_vocab = model.c.n_layer, len(model.d2t)
     else:
         model = build_drafter(target, data, cfg)

@@ -54,9 +54,9 @@ from app.engine.llama_objects import (
     TokenBatch,
 )
 from app.engine.lookup import ContextLookup
-from app.engine.sources import DRAFT_MODEL_K_MAX, DFlashSource, DraftModelSource, DraftSource, LookupSource
 from app.engine.params import GenerationParams, InvalidParams
 from app.engine.sampling import TokenLogprob, TokenSampler, token_logprob
+from app.engine.sources import DRAFT_MODEL_K_MAX, DFlashSource, DraftModelSource, DraftSource, LookupSource
 from app.engine.stats import GenerationStats
 from app.engine.text_stream import TextStream
 from app.errors import ContextOverflow, ModelLoadError
