@@ -14,15 +14,13 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import sys
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 
 from app.bench.forced import ZLAB_BLOCK16, profile_drafts, tau
-from app.bench.info import run_info
+from app.bench.info import emit_result, run_info
 from app.bench.plot import plot_forced_loop
 from app.engine.calibration import calibrate
 from app.engine.controller import DraftController
@@ -116,13 +114,7 @@ def main(argv: list[str] | None = None) -> int:
                   n_threads=args.threads)
     finally:
         engine.close()
-    text = json.dumps(out, indent=2)
-    if args.json:
-        Path(args.json).write_text(text + "\n")
-    if args.plot:
-        plot_forced_loop(out, args.plot)
-    print(text)
-    return 0
+    return emit_result(out, args.json, args.plot, plot_forced_loop)
 
 
 if __name__ == "__main__":

@@ -19,14 +19,13 @@ STEP_OVERHEAD_S of launches and syncs).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from app.bench.info import run_info
+from app.bench.info import emit_result, run_info
 from app.bundled import default_drafter, default_target
 from app.engine.calibration import CostModel
 from app.engine.controller import DraftController
@@ -165,11 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     m = measure(target, drafter, args.reps, args.threads)
     out = {"run": run_info(args.threads), "target": str(target), "reps": args.reps, **m,
            "projection_rtx3090": project(m["us_by_n"])}
-    text = json.dumps(out, indent=2)
-    if args.json:
-        Path(args.json).write_text(text + "\n")
-    print(text)
-    return 0
+    return emit_result(out, args.json)
 
 
 if __name__ == "__main__":

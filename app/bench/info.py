@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from native.lib import build_info, cpu_variant
@@ -37,3 +39,15 @@ def run_info(n_threads: int = 0) -> dict:
             "machine": {"cpu": cpu, "cores": os.cpu_count(), "threads": n_threads or os.cpu_count(),
                         "build_variant": info.variant, "patch_hash": info.patch_hash,
                         "cpu_variant": cpu_variant().name}}
+
+
+def emit_result(out: dict, json_path: str | None, plot_path: str | None = None,
+                plotter: Callable[[dict, str], object] | None = None) -> int:
+    """A bench command's ending, the one place: its JSON printed, written where asked, plotted where asked."""
+    text = json.dumps(out, indent=2)
+    if json_path:
+        Path(json_path).write_text(text + "\n")
+    if plot_path and plotter:
+        plotter(out, plot_path)
+    print(text)
+    return 0

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from app.bench import context_cost, near_ties, plot, prompt_sets, runner, verify_cost
+from app.bench.info import emit_result
 from app.bundled import default_target
 from app.cli.common import add_model_args, open_engine
 from app.engine.calibration import calibrate
@@ -151,26 +152,14 @@ def cmd_context_cost(args: argparse.Namespace) -> int:
                                [int(x) for x in args.sizes.split(",")], args.rounds)
     finally:
         engine.close()
-    text = json.dumps(out, indent=2)
-    if args.json:
-        Path(args.json).write_text(text + "\n")
-    if args.plot:
-        plot.plot_context_cost(out, args.plot)
-    print(text)
-    return 0
+    return emit_result(out, args.json, args.plot, plot.plot_context_cost)
 
 
 def cmd_verify_cost(args: argparse.Namespace) -> int:
     target = Path(args.target) if args.target else default_target()
     sizes = [int(x) for x in args.sizes.split(",")]
     out = verify_cost.run(target, sizes, args.rounds, args.compare_stock, args.threads, 999 if args.gpu else 0)
-    text = json.dumps(out, indent=2)
-    if args.json:
-        Path(args.json).write_text(text + "\n")
-    if args.plot:
-        plot.plot_verify_cost(out, args.plot)
-    print(text)
-    return 0
+    return emit_result(out, args.json, args.plot, plot.plot_verify_cost)
 
 
 def cmd_near_ties(args: argparse.Namespace) -> int:
@@ -182,11 +171,7 @@ def cmd_near_ties(args: argparse.Namespace) -> int:
         texts = [r["prompt"] for r in prompt_sets.humaneval_prompts()[:args.limit]]
     out = near_ties.run(target, texts, [int(x) for x in args.sizes.split(",")], args.tokens, args.compare_stock,
                         args.threads)
-    text = json.dumps(out, indent=2)
-    if args.json:
-        Path(args.json).write_text(text + "\n")
-    print(text)
-    return 0
+    return emit_result(out, args.json)
 
 
 def cmd_prompts(args: argparse.Namespace) -> int:
