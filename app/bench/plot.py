@@ -81,10 +81,7 @@ def plot_verify_cost(result: dict, out: str | Path) -> Path:
     ax.set_title(f"target pass of n tokens after {result['context']} of context")
     ax.legend()
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return Path(out)
+    return _save(fig, out)
 
 
 def plot_forced_loop(result: dict, out: str | Path) -> Path:
@@ -101,10 +98,7 @@ def plot_forced_loop(result: dict, out: str | Path) -> Path:
     ax.set_title("drafts forced at the profile: measured against the cost model")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return Path(out)
+    return _save(fig, out)
 
 
 def plot_context_cost(result: dict, out: str | Path) -> Path:
@@ -130,6 +124,11 @@ def plot_context_cost(result: dict, out: str | Path) -> Path:
         a.grid(alpha=0.3)
         a.legend(fontsize=8)
     fig.suptitle(f"{Path(result.get('target') or '').name} + {Path(result.get('drafter') or '').name}", fontsize=9)
+    return _save(fig, out)
+
+
+def _save(fig: plt.Figure, out: str | Path) -> Path:
+    """Every plot's ending: laid out, written as a PNG, closed."""
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)
