@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from app.distill.corpus import CorpusPrompt, HumanEvalGuard, offline_prompts  # noqa: E402
-from app.distill.dataset import TEXT_KINDS, DistillData, Sequence, pack  # noqa: E402
+from app.distill.dataset import TEXT_KINDS, DistillData, Sequence, pack, packed_data  # noqa: E402
 from app.distill.generate import SIBLING, GenConfig, generate_dataset  # noqa: E402
 from app.distill.offline_text import (  # noqa: E402
     OfflineDocument,
@@ -138,10 +138,11 @@ def test_labels_over_text_are_the_targets_argmax_with_its_features_and_resume(ta
     out = tmp_path / "text"
     first = label_text(target, docs[:2], out, cfg, guard=guard)
     assert first["documents_done"] == 2 and first["windows"] > 0
+    assert len(packed_data(out, tmp_path / "packed", TAPS)) == first["windows"]
     res = label_text(target, docs, out, cfg, guard=guard)  # resumes after the two documents done
     assert res["documents_done"] == 4 and res["windows_guarded"] >= 1
     assert label_text(target, docs, out, cfg, guard=guard)["windows"] == 0
-    data = DistillData(pack(out, tmp_path / "packed", TAPS))
+    data = packed_data(out, tmp_path / "packed", TAPS)  # packed again: the resumed run added shards
     ids = [str(x) for x in data.prompt_ids]
     assert len(ids) == len(set(ids)) == first["windows"] + res["windows"]
     assert not any(x.startswith(f"prose:{docs[-1].path}#") for x in ids)

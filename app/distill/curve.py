@@ -25,7 +25,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from app.bench.info import run_info  # noqa: E402
 from app.distill.corpus import CorpusPrompt, load_corpus  # noqa: E402
-from app.distill.dataset import DistillData, pack  # noqa: E402
+from app.distill.dataset import DistillData, packed_data  # noqa: E402
 from app.distill.export import load_drafter_gguf  # noqa: E402
 from app.distill.generate import GenConfig, generate_dataset  # noqa: E402
 from app.distill.train import TrainConfig, evaluate  # noqa: E402
@@ -49,9 +49,7 @@ def heldout_data(target: Path, work: Path, taps: list[int], prompts: list[Corpus
     raw, packed = work / "heldout", work / f"heldout-packed-{'-'.join(map(str, taps))}"
     generate_dataset(target, prompts, raw, GenConfig(tap_layers=taps, greedy_fraction=1.0, siblings=False),
                      progress=progress)
-    if not (packed / "index.npz").exists():
-        pack(raw, packed, taps)
-    return DistillData(packed)
+    return packed_data(raw, packed, taps, progress)
 
 
 def measure(drafter: Path, target: Path, work: Path, prior_tokens: int | None = None,

@@ -33,7 +33,7 @@ class Sequence:
 def pack(data_dirs: Path | list[Path], out_dir: Path, tap_layers: list[int]) -> Path:
     """Select `tap_layers` (a subset of those generated) of one or more data folders of the same
     target (the replies of generate.py, the labelled text of teacher_forced.py) into flat arrays."""
-    dirs = [data_dirs] if isinstance(data_dirs, Path) else list(data_dirs)
+    dirs = _dirs(data_dirs)
     metas = [json.loads((d / "meta.json").read_text()) for d in dirs]
     if len({m["target_sha"] for m in metas}) > 1:
         raise ValueError(f"{', '.join(map(str, dirs))}: data of different targets")
@@ -83,8 +83,31 @@ def pack(data_dirs: Path | list[Path], out_dir: Path, tap_layers: list[int]) -> 
              n_prompt=np.concatenate(n_prompt), kinds=np.concatenate(kinds), greedy=np.concatenate(greedy),
              topk_ids=np.concatenate(topk_ids), topk_logits=np.concatenate(topk_logits),
              prompt_ids=np.concatenate(ids))
-    (out_dir / "meta.json").write_text(json.dumps({**meta, "tap_layers": tap_layers, "source": [str(d) for d in dirs]}))
+    (out_dir / "meta.json").write_text(json.dumps({**meta, "tap_layers": tap_layers, "source": [str(d) for d in dirs],
+                                                   "shards": _shard_list(dirs)}))
     return out_dir
+
+
+def packed_data(data_dirs: Path | list[Path], out_dir: Path, tap_layers: list[int],
+                progress=print) -> DistillData:
+    """The packed set of `data_dirs`, packed again when their shards changed since (a resumed
+    generation added some): training never reads a stale pack."""
+    meta_file = out_dir / "meta.json"
+    fresh = (out_dir / "index.npz").exists() and meta_file.exists() and \
+        json.loads(meta_file.read_text()).get("shards") == _shard_list(_dirs(data_dirs))
+    if not fresh:
+        progress(f"packing taps {tap_layers} of {', '.join(map(str, _dirs(data_dirs)))} into {out_dir}")
+        pack(data_dirs, out_dir, tap_layers)
+    return DistillData(out_dir)
+
+
+def _dirs(data_dirs: Path | list[Path]) -> list[Path]:
+    return [data_dirs] if isinstance(data_dirs, Path) else list(data_dirs)
+
+
+def _shard_list(dirs: list[Path]) -> list[list]:
+    """What a pack was made from: every shard's name and size (shards are written once, atomically)."""
+    return [[str(s), s.stat().st_size] for d in dirs for s in sorted(d.glob("shard-*.npz"))]
 
 
 class DistillData:

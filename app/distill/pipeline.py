@@ -29,7 +29,7 @@ from app.bench.info import run_info
 from app.distill.card import write_card
 from app.distill.corpus import build_corpus, load_corpus, save_corpus
 from app.distill.curve import add_point, measure, plot_curve, without_heldout
-from app.distill.dataset import DistillData, pack
+from app.distill.dataset import packed_data
 from app.distill.export import export_gguf, load_drafter_gguf
 from app.distill.generate import GenConfig, generate_dataset
 from app.distill.offline_text import load_documents, offline_documents, save_documents
@@ -163,10 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--sources: unknown {unknown}; expected generated and/or text")
     tag = "-".join(map(str, taps)) + ("" if wanted == ["generated"] else "-" + "+".join(wanted))
     packed = work / f"packed-{tag}"
-    if not (packed / "index.npz").exists():
-        say(f"packing taps {taps} of {', '.join(wanted)}")
-        pack([sources[x] for x in wanted], packed, taps)
-    data = DistillData(packed)
+    data = packed_data([sources[x] for x in wanted], packed, taps, say)
     cfg = TrainConfig(n_layer=n_layers, draft_vocab=args.draft_vocab, epochs=args.epochs,
                       anchors_per_seq=args.anchors, lr=args.lr, gamma=args.gamma, kl_weight=args.kl_weight,
                       max_steps=args.max_steps, bf16=args.bf16,
