@@ -1,5 +1,5 @@
 """The two sources of distillation data on a tiny target: replies decoded together in split KV
-streams (second replies from a copied prompt cache), and labels over offline text. Every stored
+streams (further replies from a copied prompt cache), and labels over offline text. Every stored
 feature row and label is checked against a fresh single-sequence decode of the same tokens."""
 
 from __future__ import annotations
@@ -59,27 +59,32 @@ def _assert_matches_fresh_decode(target: Path, seq: Sequence, label_rows_from: i
     assert np.array_equal(seq.topk_ids[:len(want), 0], want), seq.index
 
 
-def test_replies_in_split_streams_and_second_replies_match_a_lone_decode(target: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("replies", [2, 3])
+def test_replies_in_split_streams_and_further_replies_match_a_lone_decode(target: Path, tmp_path: Path,
+                                                                           replies: int) -> None:
     rng = random.Random(0)
     prompts = [CorpusPrompt(f"p{i}", "code", " ".join(rng.choice(WORDS) for _ in range(3 + i % 7)), "raw")
                for i in range(12)]
-    cfg = GenConfig(tap_layers=TAPS, n_parallel=4, max_new_tokens=24, shard_size=5, greedy_fraction=1.0, n_threads=1)
+    cfg = GenConfig(tap_layers=TAPS, n_parallel=4, max_new_tokens=24, shard_size=5, greedy_fraction=1.0, n_threads=1,
+                    replies=replies)
     res = generate_dataset(target, prompts, tmp_path / "data", cfg)
-    # (the tiny model's replies all run to max_new_tokens, in step: each second reply reuses its own slot's
+    # (the tiny model's replies all run to max_new_tokens, in step: each further reply reuses its own slot's
     # prompt; the copy from another slot is checked below)
-    assert res["sequences"] == 24 and res["second_replies"] == 12, res
+    assert res["sequences"] == 12 * replies and res["further_replies"] == 12 * (replies - 1), res
     data = DistillData(pack(tmp_path / "data", tmp_path / "packed", TAPS))
     ids = [str(x) for x in data.prompt_ids]
-    seconds = [i for i, x in enumerate(ids) if x.endswith(SIBLING)]
-    assert seconds, "no prompt got a second reply"
+    further = {n: [i for i, x in enumerate(ids) if x.endswith(f"{SIBLING}{n}")] for n in range(2, replies + 1)}
+    assert all(len(v) == 12 for v in further.values()), further
     for i in range(len(data)):
         seq = data[i]
         _assert_matches_fresh_decode(target, seq, seq.n_prompt)
         if seq.greedy:  # a greedy reply is the target's own argmax at every step
             assert np.array_equal(seq.tokens[seq.n_prompt:], seq.topk_ids[:, 0])
-    for i in seconds:  # the second reply reads the same prompt as the first, and samples its own reply
-        first = data[ids.index(ids[i][:-len(SIBLING)])]
-        assert not data[i].greedy and np.array_equal(data[i].tokens[:first.n_prompt], first.tokens[:first.n_prompt])
+    for n, rows in further.items():  # a further reply reads the same prompt as the first, and samples its own
+        for i in rows:
+            first = data[ids.index(ids[i][:-len(f"{SIBLING}{n}")])]
+            assert not data[i].greedy and np.array_equal(data[i].tokens[:first.n_prompt],
+                                                         first.tokens[:first.n_prompt])
     # resumable: a second run finds every prompt done
     assert generate_dataset(target, prompts, tmp_path / "data", cfg)["sequences"] == 0
 

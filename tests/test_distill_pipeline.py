@@ -31,7 +31,7 @@ def test_tiny_distillation_lowers_loss_and_exports_a_working_drafter(tmp_path: P
     data_dir = tmp_path / "data"
     res = generate_dataset(target, prompts, data_dir, GenConfig(tap_layers=[1, 2, 3], n_parallel=4, max_new_tokens=32,
                                                                 shard_size=8, greedy_fraction=1.0))
-    assert res["sequences"] - res["second_replies"] == 24  # every prompt, most with a second reply
+    assert res["sequences"] - res["further_replies"] == 24  # every prompt, most with a second reply
     # resumable: a second run finds everything done
     assert generate_dataset(target, prompts, data_dir, GenConfig(tap_layers=[1, 2, 3]))["sequences"] == 0
 
@@ -90,7 +90,7 @@ def test_distill_command_trains_exports_and_writes_a_card(tmp_path: Path) -> Non
     prompts = [CorpusPrompt(f"p{i}", "code", " ".join(rng.choice(WORDS) for _ in range(6)), "raw") for i in range(12)]
     work = tmp_path / "work"
     generate_dataset(target, prompts, work / "data", GenConfig(tap_layers=[1, 2, 3], n_parallel=4, max_new_tokens=16,
-                                                               siblings=False))
+                                                               replies=1))
     out = tmp_path / "drafter.gguf"
     assert main(["distill", "--target", str(target), "--out", str(out), "--work", str(work), "--stage", "train",
                  "--taps", "1,3", "--draft-vocab", "40", "--epochs", "1", "--anchors", "4", "--max-steps", "3"]) == 0

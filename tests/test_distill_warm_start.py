@@ -55,7 +55,7 @@ def test_warm_started_training_starts_from_the_file_and_counts_its_tokens(tmp_pa
     target = write_tiny_target(tmp_path / "target.gguf", "gemma3", TinyShape(n_layer=4), seed=4)
     work = tmp_path / "work"
     generate_dataset(target, _prompts(12, 1), work / "data",
-                     GenConfig(tap_layers=[1, 2, 3], n_parallel=4, max_new_tokens=16, siblings=False))
+                     GenConfig(tap_layers=[1, 2, 3], n_parallel=4, max_new_tokens=16, replies=1))
     first = tmp_path / "first.gguf"
     base = ["distill", "--target", str(target), "--work", str(work), "--stage", "train", "--taps", "1,3",
             "--draft-vocab", "40", "--epochs", "1", "--anchors", "4", "--max-steps", "4",
@@ -108,7 +108,7 @@ def test_bf16_autocast_trains_and_exports_a_drafter_llama_cpp_loads(tmp_path: Pa
     target = write_tiny_target(tmp_path / "target.gguf", "gemma3", TinyShape(n_layer=4), seed=4)
     work = tmp_path / "work"
     generate_dataset(target, _prompts(12, 2), work / "data",
-                     GenConfig(tap_layers=[1, 3], n_parallel=4, max_new_tokens=16, siblings=False))
+                     GenConfig(tap_layers=[1, 3], n_parallel=4, max_new_tokens=16, replies=1))
     out = tmp_path / "d.gguf"
     assert main(["distill", "--target", str(target), "--work", str(work), "--stage", "train", "--taps", "1,3",
                  "--draft-vocab", "40", "--epochs", "2", "--anchors", "8", "--lr", "5e-3", "--bf16",

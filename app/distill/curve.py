@@ -47,7 +47,7 @@ def heldout_data(target: Path, work: Path, taps: list[int], prompts: list[Corpus
                  progress=print) -> DistillData:
     """The target's greedy replies to the held-out prompts, with features at `taps` (made once per work folder)."""
     raw, packed = work / "heldout", work / f"heldout-packed-{'-'.join(map(str, taps))}"
-    generate_dataset(target, prompts, raw, GenConfig(tap_layers=taps, greedy_fraction=1.0, siblings=False),
+    generate_dataset(target, prompts, raw, GenConfig(tap_layers=taps, greedy_fraction=1.0, replies=1),
                      progress=progress)
     return packed_data(raw, packed, taps, progress)
 

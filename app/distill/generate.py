@@ -33,7 +33,7 @@ from app.engine.params import GenerationParams
 from app.engine.sampling import TokenSampler
 
 SAMPLE_TOP_K = 40  # the sampled replies' top-k
-SIBLING = "~2"  # a prompt's second reply: sampled, from a copy of the first one's prompt cache
+SIBLING = "~"  # a prompt's further replies ("~2", "~3"...): sampled, from a copy of the first one's prompt cache
 
 
 @dataclass
@@ -48,13 +48,15 @@ class GenConfig:
     shard_size: int = 64  # sequences per shard
     seed: int = 0
     n_threads: int = 0
-    siblings: bool = True  # a second, sampled reply per prompt from a copy of its cache
+    # replies per prompt: the first, then sampled ones from a copy of its prompt cache (the prompts are as long
+    # as the replies: each further reply saves a prefill, the largest share of the rows decoded)
+    replies: int = 2
 
 
 @dataclass
 class _Slot:
     prompt: CorpusPrompt
-    id: str  # the record's id: the prompt's, or SIBLING after it for its second reply
+    id: str  # the record's id: the prompt's, or SIBLING and the reply's number after it ("p~2")
     tokens: list[int]
     n_prompt: int
     fed: int = 0  # tokens already decoded (their K/V is in the cache)
@@ -63,8 +65,9 @@ class _Slot:
     topk_logits: list[np.ndarray] = field(default_factory=list)
     sampler: TokenSampler | None = None
     text: str = ""
-    # the prompt's last row (SAMPLE_TOP_K ids, float32 logits) while a second reply may still start from it
+    # the prompt's last row (SAMPLE_TOP_K ids, float32 logits) while further replies may still start from it
     first: tuple[np.ndarray, np.ndarray] | None = None
+    replies_left: int = 0  # how many
 
 
 def generate_dataset(target: Path, prompts: list[CorpusPrompt], out_dir: Path, cfg: GenConfig,
@@ -91,7 +94,7 @@ def generate_dataset(target: Path, prompts: list[CorpusPrompt], out_dir: Path, c
     slots: list[_Slot | None] = [None] * cfg.n_parallel
     queue = list(todo)
     t0 = time.time()
-    n_tok = n_seq = n_steps = n_prompt_fed = n_second = n_copied = 0
+    n_tok = n_seq = n_steps = n_prompt_fed = n_further = n_copied = 0
     t_decode = 0.0
     last_report = 0.0
 
@@ -100,29 +103,31 @@ def generate_dataset(target: Path, prompts: list[CorpusPrompt], out_dir: Path, c
                                              seed=int(rng.integers(1 << 31))))
 
     def start(i: int) -> None:
-        nonlocal n_second, n_copied
+        nonlocal n_further, n_copied
         if stop_after_s is not None and time.time() - t0 >= stop_after_s:
             slots[i] = None
             return
-        # a second, sampled reply to a prompt another slot has read: its cache is copied, not prefilled again
-        # (the prompts are as long as the replies, so this halves the prefill per reply token)
-        # (the slot's own prompt first, when its first reply just ended: no copy then)
+        # a further, sampled reply to a prompt another slot has read: its cache is copied, not prefilled again
+        # (the slot's own prompt first, when its previous reply just ended: no copy then); the new slot
+        # carries the prompt's last row on for the replies still to come
         k = next((k for k in [i, *range(len(slots))] if slots[k] is not None and slots[k].first is not None),
-                 None) if cfg.siblings else None
+                 None)
         if k is not None:
             src = slots[k]
-            ids, vals = src.first
-            src.first = None
+            first, left = src.first, src.replies_left
+            src.first, src.replies_left = None, 0
             if k != i:
                 ctx.seq_rm(-1, -1, seq=i)
                 ctx.seq_cp(k, i)
                 n_copied += 1
             ctx.seq_rm(src.n_prompt, -1, seq=i)
-            n_second += 1
-            s = _Slot(src.prompt, src.prompt.id + SIBLING, src.tokens[:src.n_prompt], src.n_prompt, fed=src.n_prompt,
-                      feats=src.feats[:src.n_prompt], topk_ids=src.topk_ids[:1], topk_logits=src.topk_logits[:1],
-                      sampler=sampler())
+            n_further += 1
+            s = _Slot(src.prompt, f"{src.prompt.id}{SIBLING}{cfg.replies - left + 1}", src.tokens[:src.n_prompt],
+                      src.n_prompt, fed=src.n_prompt, feats=src.feats[:src.n_prompt], topk_ids=src.topk_ids[:1],
+                      topk_logits=src.topk_logits[:1], sampler=sampler(),
+                      first=first if left > 1 else None, replies_left=left - 1)
             slots[i] = s
+            ids, vals = first
             if _emit(s, int(ids[s.sampler.sample(vals)])):
                 finish(i)
             return
@@ -192,8 +197,9 @@ def generate_dataset(target: Path, prompts: list[CorpusPrompt], out_dir: Path, c
         top_ids, top_vals = topk_rows(ctx.logits_rows(len(out_slots)), max(cfg.top_k_store, SAMPLE_TOP_K))
         for j, i in enumerate(out_slots):
             s = slots[i]
-            if not s.topk_ids and SIBLING not in s.id:  # the prompt's last row: a second reply can start here
+            if not s.topk_ids and cfg.replies > 1:  # the prompt's last row: further replies start here
                 s.first = (top_ids[j, :SAMPLE_TOP_K].copy(), top_vals[j, :SAMPLE_TOP_K].copy())
+                s.replies_left = cfg.replies - 1
             s.topk_ids.append(top_ids[j, :cfg.top_k_store])
             s.topk_logits.append(top_vals[j, :cfg.top_k_store].astype(np.float16))
             # the sampler's top-k keeps SAMPLE_TOP_K candidates: drawing among the row's best SAMPLE_TOP_K
@@ -205,17 +211,17 @@ def generate_dataset(target: Path, prompts: list[CorpusPrompt], out_dir: Path, c
         if progress and now - last_report > 30:
             last_report = now
             rate = n_tok / (now - t0)
-            # ~105 reply tokens a sequence, two sequences a prompt while second replies are on
-            left = ((1 + cfg.siblings) * len(queue) + sum(s is not None for s in slots)) * 105 / max(rate, 1e-9)
+            # ~105 reply tokens a sequence, cfg.replies sequences a prompt
+            left = (cfg.replies * len(queue) + sum(s is not None for s in slots)) * 105 / max(rate, 1e-9)
             progress(f"{n_seq} sequences ({len(todo) - len(queue)}/{len(todo)} prompts), {n_tok} response tokens, "
                      f"{rate:.1f} tok/s, ~{left / 60:.0f} min left")
     writer.flush()
     ctx.close()
     model.close()
     dt = time.time() - t0
-    add_seconds(out_dir, "generation_seconds", dt)
+    add_seconds(out_dir, "generation_furthers", dt)
     # where the time went: llama_decode (reply rows and prompt rows together) and everything else
-    return {"sequences": n_seq, "second_replies": n_second, "second_replies_copied": n_copied,
+    return {"sequences": n_seq, "further_replies": n_further, "further_replies_copied": n_copied,
             "response_tokens": n_tok, "prompt_tokens_decoded": n_prompt_fed,
             "decode_steps": n_steps, "seconds": round(dt, 1), "decode_seconds": round(t_decode, 1),
             "tokens_per_s": round(n_tok / dt, 1) if dt else 0.0, "prompts_left": len(queue)}

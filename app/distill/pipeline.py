@@ -61,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--docs-share", type=float, default=0.15, help="share of document questions in the corpus")
     ap.add_argument("--max-new-tokens", type=int, default=160)
     ap.add_argument("--parallel", type=int, default=16, help="sequences decoded together while generating")
+    ap.add_argument("--replies", type=int, default=2,
+                    help="replies per prompt while generating: the first, then sampled ones from a copy of its cache")
     ap.add_argument("--gen-taps", help="layer inputs to store while generating (comma list; default: taps + extras)")
     ap.add_argument("--taps", help="layer inputs the drafter reads (comma list)")
     ap.add_argument("--layers", type=int, default=None, help="drafter layers")
@@ -136,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         say(f"corpus: {len(corpus)} prompts ({corpus_file}; HumanEval, the bench's prompts and the learning "
             "curve's held-out prompts excluded)")
         res = generate_dataset(target, corpus, data_dir, GenConfig(
-            tap_layers=gen_taps, n_parallel=args.parallel, max_new_tokens=args.max_new_tokens), progress=say,
+            tap_layers=gen_taps, n_parallel=args.parallel, max_new_tokens=args.max_new_tokens,
+            replies=args.replies), progress=say,
             stop_after_s=chunk_s)
         say(f"generation: {json.dumps(res)}")
         _write_result(args.json, "generate", res)
