@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from app.distill.corpus import CorpusPrompt, HumanEvalGuard, build_corpus  # noqa: E402
+from app.distill.corpus import CorpusPrompt, HumanEvalGuard, build_corpus, save_corpus, without_prompts_of  # noqa: E402
 from app.distill.dataset import DistillData, pack  # noqa: E402
 from app.distill.export import export_gguf  # noqa: E402
 from app.distill.generate import GenConfig, generate_dataset  # noqa: E402
@@ -97,3 +97,14 @@ def test_distill_command_trains_exports_and_writes_a_card(tmp_path: Path) -> Non
     assert read_gguf(out).get("dflash.target_layers") == [1, 3]
     card = out.with_suffix(".md").read_text()
     assert "## Reproduce" in card and "--taps 1,3" in card and "| 1 |" in card
+
+
+def test_a_new_sessions_corpus_skips_the_prompts_of_earlier_work_folders(tmp_path: Path) -> None:
+    earlier, ours = tmp_path / "s34", [CorpusPrompt(f"p{i}", "code", f"prompt {i}", "raw") for i in range(6)]
+    earlier.mkdir()
+    # the earlier draw shares two prompts with ours, under other ids
+    save_corpus([CorpusPrompt("x0", "code", "prompt 1", "raw"), CorpusPrompt("x1", "chat", "prompt 4", "chat"),
+                 CorpusPrompt("x2", "code", "another", "raw")], earlier / "corpus.jsonl")
+    kept = without_prompts_of(ours, [earlier])
+    assert [p.id for p in kept] == ["p0", "p2", "p3", "p5"]
+    assert without_prompts_of(ours, []) == ours

@@ -340,3 +340,10 @@ def save_corpus(prompts: list[CorpusPrompt], path: Path) -> None:
 
 def load_corpus(path: Path) -> list[CorpusPrompt]:
     return [CorpusPrompt(**json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
+
+
+def without_prompts_of(corpus: list[CorpusPrompt], work_dirs: list[Path]) -> list[CorpusPrompt]:
+    """The corpus less every prompt (by text) of the corpora of earlier work folders: a new session's
+    draw repeats none of an earlier session's prompts, so its tokens add to theirs."""
+    seen = {p.text for d in work_dirs for p in load_corpus(d / "corpus.jsonl")}
+    return [p for p in corpus if p.text not in seen]

@@ -27,7 +27,7 @@ import torch
 
 from app.bench.info import run_info
 from app.distill.card import write_card
-from app.distill.corpus import build_corpus, load_corpus, save_corpus
+from app.distill.corpus import build_corpus, load_corpus, save_corpus, without_prompts_of
 from app.distill.curve import add_point, measure, plot_curve, without_heldout
 from app.distill.dataset import packed_data
 from app.distill.export import export_gguf, load_drafter_gguf
@@ -78,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bf16", action="store_true", help="train with bfloat16 autocast (master weights f32)")
     ap.add_argument("--seed", type=int, default=0, help="the corpus's draw (a new work folder with a new seed: "
                                                          "new prompts for a warm-started run)")
+    ap.add_argument("--skip-prompts-of", help="work folders (comma list) whose corpus prompts this run skips: "
+                                               "a later session's data repeats none of an earlier one's prompts")
     ap.add_argument("--warm-start", help="train on from this drafter GGUF (its weights and draft vocabulary)")
     ap.add_argument("--prior-tokens", type=int, default=None,
                     help="labelled tokens the --warm-start or --drafter file was trained on, when it does not say")
@@ -135,8 +137,11 @@ def main(argv: list[str] | None = None) -> int:
             work.mkdir(parents=True, exist_ok=True)
             save_corpus(corpus, corpus_file)
         corpus = without_heldout(corpus)
-        say(f"corpus: {len(corpus)} prompts ({corpus_file}; HumanEval, the bench's prompts and the learning "
-            "curve's held-out prompts excluded)")
+        earlier = [Path(x).expanduser() for x in args.skip_prompts_of.split(",")] if args.skip_prompts_of else []
+        corpus = without_prompts_of(corpus, earlier)
+        say(f"corpus: {len(corpus)} prompts ({corpus_file}; HumanEval, the bench's prompts, the learning "
+            f"curve's held-out prompts{' and the prompts of ' + ', '.join(map(str, earlier)) if earlier else ''} "
+            "excluded)")
         res = generate_dataset(target, corpus, data_dir, GenConfig(
             tap_layers=gen_taps, n_parallel=args.parallel, max_new_tokens=args.max_new_tokens,
             replies=args.replies), progress=say,
