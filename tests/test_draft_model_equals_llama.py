@@ -1,0 +1,109 @@
+"""Our draft-model source (app.engine.sources.DraftModelSource) proposes, at every step of a greedy
+generation, the drafts llama.cpp's own `common_speculative` (draft-simple) proposes for the same
+pair and context: the harness native/harness/spec_drafts.cpp, built from the pinned tree by
+native.harness (this module's setup builds it; minutes from a bare cache, hence slow).
+
+The two are compared where both are defined: p_min = 0 and n_min = 0. llama.cpp's draft-simple
+stops a draft at the first token whose probability (softmax over the drafter's top 10) is below
+p_min; our source has no cutoff and always drafts the k the policy chose (the controller picks k
+from the learned acceptance instead). test_p_min_is_a_real_difference shows the comparison sees it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from app.engine.dflash import Engine, EngineConfig
+from app.engine.draft_policy import DRAFT_MODEL, FixedDraftLength
+from app.engine.params import GenerationParams
+from gguf_tools.synth import write_tiny_target
+from native.harness import build_harness
+
+pytestmark = pytest.mark.slow
+
+PROMPT = "the cat sat on the mat and then it ran out"
+N_CTX = 512
+
+
+@pytest.fixture(scope="module")
+def harness() -> Path:
+    return build_harness()
+
+
+@pytest.fixture(scope="module")
+def other_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Another random qwen3 model with the tiny vocabulary (seed 1): a drafter that is often wrong."""
+    return write_tiny_target(tmp_path_factory.mktemp("dm-llama") / "tiny-other.gguf", "qwen3", seed=1)
+
+
+def llama_steps(harness: Path, target: Path, draft: Path, prompt: list[int], k: int, n: int,
+                p_min: float = 0.0) -> dict:
+    res = subprocess.run([str(harness), "--target", str(target), "--draft", str(draft),
+                          "--tokens", ",".join(map(str, prompt)), "--n-max", str(k), "--n-min", "0",
+                          "--p-min", str(p_min), "--max-tokens", str(n), "--n-ctx", str(N_CTX)],
+                         capture_output=True, text=True, errors="replace", timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    return json.loads(res.stdout)
+
+
+def our_steps(target: Path, draft: Path, k: int, n: int) -> tuple[list[int], list[dict], list[int]]:
+    """The prompt's tokens, each step's (n_past, anchor, drafts) as our loop proposed them, and the
+    output; asserts the output is plain decoding's."""
+    e = Engine(target, None, EngineConfig(n_ctx=N_CTX), draft_model=draft)
+    try:
+        prompt = e.tokenize(PROMPT)
+        plain = [t for ev in e.generate(prompt, GenerationParams(max_tokens=n), policy=FixedDraftLength(0))
+                 for t in ev.tokens]
+        src = e.sources[DRAFT_MODEL]
+        propose = src.propose
+        steps: list[dict] = []
+
+        def recorded(history, n_past, k, st, with_confidence=False):  # noqa: ANN001, ANN202 - the source's own call
+            drafts, conf = propose(history, n_past, k, st, with_confidence)
+            steps.append({"n_past": n_past, "anchor": history[-1], "drafts": list(drafts)})
+            return drafts, conf
+
+        src.propose = recorded
+        out = [t for ev in e.generate(prompt, GenerationParams(max_tokens=n), policy=FixedDraftLength(k, DRAFT_MODEL))
+               for t in ev.tokens]
+        assert out == plain
+        return prompt, steps, out
+    finally:
+        e.close()
+
+
+def drafting(steps: list[dict]) -> list[dict]:
+    """The steps that drafted (a step with no room drafts nothing in either loop)."""
+    return [{key: s[key] for key in ("n_past", "anchor", "drafts")} for s in steps if s["drafts"]]
+
+
+@pytest.mark.parametrize("k", [1, 3, 6])
+def test_drafts_equal_llama_cpp_tiny(harness: Path, tiny_pair: tuple[Path, Path], other_tiny: Path, k: int) -> None:
+    target, _ = tiny_pair
+    for draft in (target, other_tiny):  # every draft accepted; most rejected (rollbacks)
+        prompt, ours, out = our_steps(target, draft, k, 40)
+        ref = llama_steps(harness, target, draft, prompt, k, 40)
+        assert ref["output"] == out
+        assert drafting(ours) == drafting(ref["steps"])
+        assert len(drafting(ours)) >= 40 // (k + 1)
+
+
+def test_drafts_equal_llama_cpp_gemma(harness: Path, gemma_target: Path) -> None:
+    """The bundled 270M target as its own drafter: real vocabulary, real weights."""
+    prompt, ours, out = our_steps(gemma_target, gemma_target, 4, 24)
+    ref = llama_steps(harness, gemma_target, gemma_target, prompt, 4, 24)
+    assert ref["output"] == out
+    assert drafting(ours) == drafting(ref["steps"])
+
+
+def test_p_min_is_a_real_difference(harness: Path, tiny_pair: tuple[Path, Path], other_tiny: Path) -> None:
+    """With llama.cpp's confidence cutoff on, its drafts are shorter than ours: the comparison above
+    would fail, so it holds only where both are defined (p_min = 0)."""
+    target, _ = tiny_pair
+    prompt, ours, _ = our_steps(target, other_tiny, 3, 24)
+    ref = llama_steps(harness, target, other_tiny, prompt, 3, 24, p_min=0.5)
+    assert drafting(ours) != drafting(ref["steps"])
+    assert sum(len(s["drafts"]) for s in ref["steps"]) < sum(len(s["drafts"]) for s in ours)
