@@ -96,7 +96,8 @@ def run(engine: Engine, contexts: list[int], sizes: list[int], rounds: int) -> d
     """Every length in turn (shortest first: its prompt is a prefix of the next one's)."""
     cm = cached_calibration(engine)
     out: dict = {"run": run_info(engine.config.n_threads or 0), "target": str(engine.target.path),
-                 "drafter": str(engine.drafter.path) if engine.drafter else None, "n_ctx": engine.n_ctx,
+                 "drafter": str(engine.drafter.path) if engine.drafter else None,
+                 "drafter_window": engine.drafter_window, "n_ctx": engine.n_ctx,
                  "contexts": contexts, "sizes": sizes, "rounds": rounds,
                  "cost_model": cm.to_dict() if cm else None, "by_context": []}
     for length in sorted(contexts):

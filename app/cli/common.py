@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from app.engine.dflash import Engine
+from app.engine.dflash import DRAFTER_WINDOW, Engine
 from app.session.models import DEVICE_CPU, DEVICE_GPU, load_engine, resolve_spec
 
 
@@ -18,13 +18,25 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ctx", type=int, default=4096, help="context length (default 4096)")
     p.add_argument("--threads", type=int, default=0, help="CPU threads (default: all cores)")
     p.add_argument("--gpu", action="store_true", help="place the layers on the GPUs (the split planner's plan)")
+    p.add_argument("--drafter-window", type=_window, default=DRAFTER_WINDOW,
+                   help=f"the DFlash drafter attends to the last N injected positions only (default {DRAFTER_WINDOW}, "
+                        "as DFlash2; 0: the whole context)")
+
+
+def _window(text: str) -> int:
+    n = int(text)
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{n}: expected 0 (unbounded) or a positive count")
+    return n
 
 
 def open_engine(args: argparse.Namespace) -> Engine:
     """The pair the options name, loaded the way the app loads it (session.models)."""
     spec = resolve_spec(args.target, args.drafter, args.no_drafter, n_ctx=args.ctx, n_threads=args.threads,
                         device=DEVICE_GPU if args.gpu else DEVICE_CPU, draft_model=args.draft_model)
-    return load_engine(spec)
+    engine = load_engine(spec)
+    engine.set_drafter_window(args.drafter_window)
+    return engine
 
 
 def read_prompt(text: str | None) -> str:

@@ -61,7 +61,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps({"text": done.text, "prompt_tokens": prompt, "tokens": done.tokens,
                               "stats": st.to_dict(), "finish_reason": done.finish_reason,
-                              "draft_mode": "plain" if args.no_spec else args.draft_mode}))
+                              "draft_mode": "plain" if args.no_spec else args.draft_mode,
+                              "drafter_window": engine.drafter_window}))
         else:
             print(f"\n[{st.n_generated} tokens, {st.tokens_per_s:.1f} tok/s, tau {st.tau:.2f}, {done.finish_reason}]",
                   file=sys.stderr)

@@ -9,8 +9,9 @@ One step (docs/design.md, section 1):
           a full match earns a bonus token
   sync    the target's hidden states of the a+1 verified tokens are injected
           into the drafter; both caches are trimmed to n_past
-Invariant before each draft: both caches hold positions 0..n_past-1 and
-the anchor (the last emitted token) is in neither.
+Invariant before each draft: both caches hold positions 0..n_past-1 (the
+drafter's only the last EngineConfig.drafter_window of them, at their true
+positions) and the anchor (the last emitted token) is in neither.
 
 The drafts of a step come from the policy's choice (app.engine.draft_policy):
 none (plain decoding, k = 0, through the same code) or one of the engine's
@@ -69,6 +70,11 @@ DraftOverride = Callable[[list[int], Choice], list[int] | None]
 # target features queued for the drafter while decoding, at most (bytes): 64 MiB is ~8k rows of
 # the bundled pair, ~800 of an 8B target tapped at 5 layers
 PENDING_MAX_BYTES = 64 << 20
+# the drafter attends to the last this many injected positions (EngineConfig.drafter_window; 0 or None:
+# all of them). 2,048 is DFlash2's window (z-lab; SGLang caps its DFlash drafter the same way): drafters
+# are trained on short contexts (ours on sequences of at most ~550 tokens) and lose acceptance far past
+# them, while an unbounded drafter pays attention and KV over the whole document every pass
+DRAFTER_WINDOW = 2048
 
 
 @dataclass
@@ -81,6 +87,7 @@ class EngineConfig:
     target_placement: ModelPlacement | None = None
     drafter_placement: ModelPlacement | None = None
     draft_model_placement: ModelPlacement | None = None
+    drafter_window: int | None = DRAFTER_WINDOW
 
 
 class Engine:
@@ -123,6 +130,9 @@ class Engine:
         # features not yet fed to the drafter: (first position, rows), contiguous, ending at len(_cached)
         self._pending: list[tuple[int, np.ndarray]] = []
         self._n_pending = 0  # rows in _pending (read every step: kept, not summed)
+        self.drafter_window = 0
+        self.set_drafter_window(cfg.drafter_window)
+        self.injected_rows = 0  # feature rows fed to the drafter since load (what a window saves)
 
     def _load_drafter(self, path: Path, cfg: EngineConfig, progress: Callable[[float], bool] | None) -> None:
         self.drafter = LlamaModel(path, cfg.drafter_placement, progress)
@@ -186,6 +196,18 @@ class Engine:
         for s in self.sources.values():
             s.reset()
         self._cached = []
+
+    def set_drafter_window(self, window: int | None) -> None:
+        """Let the drafter attend to the last `window` injected positions only (0 or None: all).
+        Forgets the cached conversation: the drafter's cache is rebuilt under the new bound."""
+        if window is not None and window < 0:
+            raise ValueError(f"drafter window {window}: expected 0 (unbounded) or a positive count")
+        self.drafter_window = window or 0
+        self.reset()
+
+    def _window_start(self, end: int) -> int:
+        """The first position the drafter keeps when its features end at `end`."""
+        return max(0, end - self.drafter_window) if self.drafter_window else 0
 
     @property
     def pending_rows(self) -> int:
@@ -425,16 +447,21 @@ class Engine:
                 keep = 0
             self._cached = self._cached[:keep]
         todo = want[keep:]
+        lo = self._window_start(len(want))  # a long prompt feeds the drafter only its last W positions
         step = self.ctx.n_batch  # llama.cpp's own limit (it clamps n_batch to a small context)
         for i in range(0, len(todo), step):
             chunk = todo[i:i + step]
             pos0 = keep + i
             self._tbatch.set(chunk, pos0, False)
             self.ctx.decode(self._tbatch)
-            if self.dctx is not None:
-                self._queue(self.ctx.taps(len(chunk)), pos0)
-                if self.pending_rows >= self._d_ubatch:
-                    self._flush()  # a long prompt's features are fed as it is read
+            if self.dctx is not None and pos0 + len(chunk) > lo:
+                skip = max(0, lo - pos0)
+                self._queue(self.ctx.taps(len(chunk))[skip:], pos0 + skip)
+                # a long prompt's features are fed as it is read, a ubatch at a time; under a window
+                # (at most W rows are queued) they wait for the drafter's first need: a plain reply
+                # feeds it nothing, a speculative one W rows as it starts (DFlashSource.begin)
+                if self.pending_rows >= (self._pending_cap if self.drafter_window else self._d_ubatch):
+                    self._flush()
             self._cached.extend(chunk)
         return keep
 
@@ -442,8 +469,14 @@ class Engine:
         """Target features wait here until the drafter next needs its cache: fed in one batch
         before its next pass (or once a ubatch's worth waits), so steps that do not run the
         drafter (plain, lookup) do not pay a drafter call each."""
+        if self._pending and self._pending[-1][0] + len(self._pending[-1][1]) != pos0:
+            # the window skipped the positions between (a prompt's head): what waits is older still
+            self._pending, self._n_pending = [], 0
         self._pending.append((pos0, feats))
         self._n_pending += len(feats)
+        # rows that would fall out of the window before the drafter's next pass are never fed
+        while self.drafter_window and self._n_pending - len(self._pending[0][1]) >= self.drafter_window:
+            self._n_pending -= len(self._pending.pop(0)[1])
 
     def _flush(self, st: GenerationStats | None = None) -> None:
         if not self._pending:
@@ -453,7 +486,17 @@ class Engine:
         feats = np.concatenate([r for _, r in self._pending]) if len(self._pending) > 1 else self._pending[0][1]
         self._pending = []
         self._n_pending = 0
+        lo = self._window_start(pos0 + len(feats))
+        if lo > pos0:
+            feats, pos0 = feats[lo - pos0:], lo
+        if 0 <= self.dctx.pos_min() < lo:
+            # the cells that fall out of the window go first: llama.cpp wants injected positions to
+            # follow the sequence's last one (a skipped prompt head would leave a gap), and the freed
+            # cells are the next filled, so the drafter's pass spans ~W cells, not n. The cells kept
+            # keep their true positions: no shift, their K were rotated there
+            self.dctx.seq_rm(0, lo)
         self._inject(feats, pos0)
+        self.injected_rows += len(feats)
         if st is not None:
             dt = time.perf_counter() - t0
             st.t_inject_s += dt
