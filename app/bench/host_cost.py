@@ -7,6 +7,13 @@ row over the logits in place (the sampling path), the tapped hidden-state rows c
 drafter's embedding batch, the context lookup, the controller's choice and observation, the
 reply's text and stats (what an event carries), and a bare ctypes call (each step makes ~10).
 
+Beside the argmax in C, the backend-greedy path (llama.cpp's backend sampling: a greedy sampler
+chain attached to the context, the argmax in the graph, no logits copied out): reading its n
+sampled tokens (backend_read), and the pass with the pick, timed whole on both paths, alternating,
+on two contexts of the same model (pass_c: decode + argmax in C; pass_backend: decode with the
+sampler + backend_read). Their difference is what the backend path costs or saves on this machine,
+the argmax in the graph and the logits copy it no longer makes included.
+
 On a GPU two more costs come with the pass and cannot be timed here: llama.cpp copies every
 output row's logits from the device (n x n_vocab x 4 bytes over PCIe) and the taps likewise
 (n x taps x n_embd x 4). They are projected at PCIE_BPS. A 3090 step of a bandwidth-bound
@@ -47,6 +54,10 @@ STEP_OVERHEAD_S = 0.5e-3  # kernel launches and the sync of one step (CUDA graph
 TARGETS = {"8B": {"bytes": 4.92e9, "n_vocab": 128256, "n_embd": 4096},
            "27B": {"bytes": 16.5e9, "n_vocab": 262144, "n_embd": 5376}}
 N_TAPS = 5
+PASS_REPS = 15  # whole passes per size and path (a pass is ~10-100 ms here: fewer than the parts)
+# the parts of a greedy step on the argmax-in-C path (greedy_total sums these)
+GREEDY_PARTS = ("argmax_c", "taps_out", "taps_into_drafter_batch", "lookup_find", "controller",
+                "text_and_stats", "ctypes_calls_x10")
 
 
 def _time(fn: Callable[[], object], reps: int) -> float:
@@ -60,9 +71,28 @@ def _time(fn: Callable[[], object], reps: int) -> float:
     return statistics.median(ts)
 
 
-def _parts(ctx: LlamaContext, model: LlamaModel, n: int, prompt: list[int], inject: EmbeddingBatch,
-           lookup: ContextLookup, policy: DraftController, step: StepInfo, reps: int) -> dict[str, float]:
-    """Seconds of each host part of a step that verified n tokens (the pass just decoded)."""
+def _passes(ctx: LlamaContext, bctx: LlamaContext, batch: TokenBatch, tokens: list[int], pos: int,
+            reps: int) -> dict[str, float]:
+    """Median seconds of a pass of `tokens` at pos with its greedy pick, on the argmax-in-C path
+    (ctx) and the backend-greedy path (bctx), alternating; each context is left with the pass."""
+    times: dict[str, list[float]] = {"pass_c": [], "pass_backend": []}
+    for i in range(reps + 1):  # the first round warms up
+        for name, c in (("pass_c", ctx), ("pass_backend", bctx)):
+            c.seq_rm(pos)
+            batch.set(tokens, pos, True)
+            t0 = time.perf_counter()
+            c.decode(batch)
+            c.greedy_rows(list(range(len(tokens))))
+            if i:
+                times[name].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def _parts(ctx: LlamaContext, bctx: LlamaContext, model: LlamaModel, n: int, prompt: list[int],
+           inject: EmbeddingBatch, lookup: ContextLookup, policy: DraftController, step: StepInfo,
+           reps: int) -> dict[str, float]:
+    """Seconds of each host part of a step that verified n tokens (the pass just decoded, on ctx and
+    on bctx, the backend-greedy context)."""
     idx = list(range(n))
     feats = ctx.taps(n)
     stream = TextStream(lambda t: model.token_to_piece(t), ["\nUser:"])
@@ -79,6 +109,7 @@ def _parts(ctx: LlamaContext, model: LlamaModel, n: int, prompt: list[int], inje
 
     return {
         "argmax_c": _time(lambda: ctx.argmax_rows(idx), reps),
+        "backend_read": _time(lambda: bctx.greedy_rows(idx), reps),
         # a sampled reply (temperature 0.8, top-p 0.95): each row's pick over the logits in place
         "sample_rows": _time(lambda: [sampler.pick(ctx.logits_row(i)) for i in idx], reps),
         "taps_out": _time(lambda: ctx.taps(n), reps),
@@ -90,9 +121,11 @@ def _parts(ctx: LlamaContext, model: LlamaModel, n: int, prompt: list[int], inje
     }
 
 
-def measure(target: Path, drafter: Path | None, reps: int, n_threads: int = 0) -> dict:
+def measure(target: Path, drafter: Path | None, reps: int, n_threads: int = 0, pass_reps: int = PASS_REPS) -> dict:
     model = LlamaModel(target)
     ctx = LlamaContext(model, ContextConfig(n_ctx=1024, n_batch=256, n_ubatch=256, n_threads=n_threads))
+    bctx = LlamaContext(model, ContextConfig(n_ctx=1024, n_batch=256, n_ubatch=256, n_threads=n_threads,
+                                             backend_greedy_rows=16))
     # the drafter's tapped layers (layer-input ids), else N_TAPS spread over the target
     layers = list(read_gguf(drafter).arch_get("target_layers", [])) if drafter else []
     layers = layers or list(range(1, model.info.n_layer, max(1, model.info.n_layer // N_TAPS)))[:N_TAPS]
@@ -109,22 +142,32 @@ def measure(target: Path, drafter: Path | None, reps: int, n_threads: int = 0) -
     step = StepInfo(lookup=lookup.find(15), has_drafter=True, pending_rows=1, n_past=len(history))
     rows: dict = {}
     try:
+        if not bctx.use_backend_greedy(True):
+            raise RuntimeError("llama.cpp could not attach a backend greedy sampler to this model's context")
         batch.set(prompt, 0, False)
         ctx.decode(batch)
+        bctx.decode(batch)
         for n in range(1, 17):
-            batch.set(prompt[-1:] * n, len(prompt), True)
-            ctx.decode(batch)  # the pass itself: not timed
-            part = _parts(ctx, model, n, prompt, inject, lookup, policy, step, reps)
-            ctx.seq_rm(len(prompt))
-            rows[str(n)] = {k: round(v * 1e6, 2) for k, v in part.items()}
+            passes = _passes(ctx, bctx, batch, prompt[-1:] * n, len(prompt), max(1, min(reps, pass_reps)))
+            part = _parts(ctx, bctx, model, n, prompt, inject, lookup, policy, step, reps)
+            rows[str(n)] = {k: round(v * 1e6, 2) for k, v in {**part, **passes}.items()}
             # the greedy path pays the argmax, a sampled reply the picks instead
-            greedy = sum(v for k, v in part.items() if k != "sample_rows")
+            greedy = sum(part[k] for k in GREEDY_PARTS)
             rows[str(n)]["greedy_total"] = round(greedy * 1e6, 2)
             rows[str(n)]["sampling_total"] = round((greedy - part["argmax_c"] + part["sample_rows"]) * 1e6, 2)
+            # the backend-greedy path: the tokens read instead of the argmax in C (on a GPU the argmax
+            # in the graph is device time), and what its whole pass costs here beyond the C path's
+            backend = greedy - part["argmax_c"] + part["backend_read"]
+            rows[str(n)]["greedy_total_backend"] = round(backend * 1e6, 2)
+            rows[str(n)]["backend_pass_extra"] = round((passes["pass_backend"] - passes["pass_c"]) * 1e6, 2)
+            rows[str(n)]["argmax_c_per_row"] = round(part["argmax_c"] / n * 1e6, 2)
+            rows[str(n)]["backend_read_per_row"] = round(part["backend_read"] / n * 1e6, 2)
+            rows[str(n)]["backend_pass_extra_per_row"] = round((passes["pass_backend"] - passes["pass_c"]) / n * 1e6, 2)
     finally:
         inject.close()
         batch.close()
         ctx.close()
+        bctx.close()
         model.close()
     return {"us_by_n": rows, "tap_layers": layers, "n_vocab": model.n_vocab, "n_embd": model.n_embd}
 
@@ -138,10 +181,15 @@ def project(us_by_n: dict) -> dict:
         for n, row in us_by_n.items():
             k = int(n)
             pcie_s = (k * t["n_vocab"] * 4 + k * N_TAPS * t["n_embd"] * 4) / PCIE_BPS
+            taps_s = k * N_TAPS * t["n_embd"] * 4 / PCIE_BPS  # backend greedy: no logits copied
             by_n[n] = {"host_greedy_share": round(row["greedy_total"] * 1e-6 / step_s, 4),
                        "host_sampling_share": round(row["sampling_total"] * 1e-6 / step_s, 4),
                        "pcie_logits_and_taps_us": round(pcie_s * 1e6, 1),
                        "pcie_share": round(pcie_s / step_s, 4)}
+            if "greedy_total_backend" in row:
+                by_n[n].update({"host_greedy_backend_share": round(row["greedy_total_backend"] * 1e-6 / step_s, 4),
+                                "pcie_taps_only_us": round(taps_s * 1e6, 1),
+                                "pcie_taps_only_share": round(taps_s / step_s, 4)})
         out[name] = {"step_ms": round(step_s * 1e3, 3),
                      "arithmetic": f"{t['bytes'] / 1e9:.2f} GB / {RTX3090_BPS / 1e9:.0f} GB/s + "
                                    f"{STEP_OVERHEAD_S * 1e3:.1f} ms; PCIe n x ({t['n_vocab']} logits + {N_TAPS} x "
@@ -157,11 +205,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--drafter", help="its drafter, for the tapped layers (default: the bundled one)")
     ap.add_argument("--reps", type=int, default=200)
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--pass-reps", type=int, default=PASS_REPS,
+                    help="whole passes per size and path for pass_c / pass_backend")
     ap.add_argument("--json", help="also write the result here")
     args = ap.parse_args(argv)
     target = Path(args.target) if args.target else default_target()
     drafter = Path(args.drafter) if args.drafter else (default_drafter() if not args.target else None)
-    m = measure(target, drafter, args.reps, args.threads)
+    m = measure(target, drafter, args.reps, args.threads, args.pass_reps)
     out = {"run": run_info(args.threads), "target": str(target), "reps": args.reps, **m,
            "projection_rtx3090": project(m["us_by_n"])}
     return emit_result(out, args.json)

@@ -62,6 +62,7 @@ from app.engine.stats import GenerationStats
 from app.engine.text_stream import TextStream
 from app.errors import ContextOverflow, ModelLoadError
 from gguf_tools.pair import PairReport, check_pair
+from gguf_tools.reader import read_gguf
 from gguf_tools.validate import read_d2t
 
 # A hook for tests and calibration: given the history (all tokens so far, anchor last) and the
@@ -77,6 +78,25 @@ PENDING_MAX_BYTES = 64 << 20
 DRAFTER_WINDOW = 2048
 
 
+# Backend greedy sampling where the target's output layer is on the CPU: off until the host-cost
+# bench (python -m app.bench.host_cost: pass_backend beside pass_c) shows it is not slower there
+BACKEND_GREEDY_ON_CPU = False
+
+
+def backend_greedy_default(model: LlamaModel, placement: ModelPlacement | None) -> bool:
+    """On where the output layer is on a GPU (llama.cpp offloads it when n_gpu_layers exceeds the
+    layer count, or is -1): the argmax runs there and n x n_vocab logits stay off the PCIe bus."""
+    n_gpu = placement.n_gpu_layers if placement is not None else 0
+    return BACKEND_GREEDY_ON_CPU or n_gpu < 0 or n_gpu > model.n_layer
+
+
+def verify_rows_max(drafter: str | Path | None) -> int:
+    """The most tokens one verify decodes: a DFlash block (its header's block size), a lookup draft
+    or a draft model's, plus the anchor."""
+    block = int(read_gguf(drafter).get("dflash.block_size", 16)) if drafter is not None else 1
+    return max(block - 1, LOOKUP_K_MAX, DRAFT_MODEL_K_MAX) + 1
+
+
 @dataclass
 class EngineConfig:
     n_ctx: int = 4096
@@ -87,6 +107,10 @@ class EngineConfig:
     target_placement: ModelPlacement | None = None
     drafter_placement: ModelPlacement | None = None
     draft_model_placement: ModelPlacement | None = None
+    # greedy replies take the verify rows' tokens from llama.cpp's backend sampling (the argmax in the
+    # graph, no logits copied out) instead of the argmax in C; None: where the target's output layer
+    # is on a GPU (backend_greedy_default)
+    backend_greedy: bool | None = None
     drafter_window: int | None = DRAFTER_WINDOW
 
 
@@ -112,9 +136,12 @@ class Engine:
 
         self.target = LlamaModel(target, cfg.target_placement, stage("target"))
         n_ctx = min(cfg.n_ctx, self.target.n_ctx_train) if self.target.n_ctx_train > 0 else cfg.n_ctx
+        self.backend_greedy = (backend_greedy_default(self.target, cfg.target_placement)
+                               if cfg.backend_greedy is None else cfg.backend_greedy)
         self.ctx = LlamaContext(self.target, ContextConfig(
             n_ctx=n_ctx, n_batch=cfg.n_batch, n_ubatch=cfg.n_batch, n_threads=cfg.n_threads,
-            type_k=cfg.type_k, type_v=cfg.type_v))
+            type_k=cfg.type_k, type_v=cfg.type_v,
+            backend_greedy_rows=verify_rows_max(drafter) if self.backend_greedy else 0))
         self.n_ctx = self.ctx.n_ctx
         self.drafter: LlamaModel | None = None
         self.dctx: LlamaContext | None = None
@@ -286,6 +313,7 @@ class Engine:
         with `params`, of the logits its bias and penalties adjust (as the sampler does)."""
         adjust = TokenSampler(params, prompt) if params is not None else None
         self.reset()
+        self.ctx.use_backend_greedy(False)  # it reads the logits
         argmax = np.empty(len(continuation), dtype=np.int64)
         deficit = np.empty(len(continuation), dtype=np.float32)
         try:
@@ -327,6 +355,8 @@ class Engine:
             raise
         st.t_prefill_s = time.perf_counter() - t_start
         sampler = TokenSampler(params, prompt, grammar)
+        # the argmax where the logits are, when nothing of this reply reads the logits themselves
+        self.ctx.use_backend_greedy(self.backend_greedy and sampler.plain_greedy and params.logprobs is None)
         stream = TextStream(self.target.token_to_piece, params.stop)
         n_past = len(prompt) - 1
         anchor = prompt[-1]
@@ -574,7 +604,7 @@ class Engine:
         toks = None
         if sampler.plain_greedy:
             t1 = time.perf_counter()
-            toks, _ = self.ctx.argmax_rows(list(range(k + 1)))
+            toks = self.ctx.greedy_rows(list(range(k + 1)))  # in the graph (backend greedy) or in C
             t_llama += time.perf_counter() - t1
         n_top = sampler.params.logprobs
         logprobs: list[TokenLogprob] | None = None if n_top is None else []

@@ -268,6 +268,9 @@ class ContextConfig:
     kv_unified: bool = False
     embeddings: bool = False  # a pooled sentence embedding per sequence instead of logits (documents)
     mean_pooling: bool = False  # with embeddings: mean pooling where the model names no pooling type
+    # > 0: the context can take greedy tokens from llama.cpp's backend sampling (use_backend_greedy),
+    # for decodes of at most this many output rows (llama.cpp's n_outputs_max_per_seq)
+    backend_greedy_rows: int = 0
 
 
 class LlamaContext:
@@ -298,6 +301,8 @@ class LlamaContext:
         if other is not None:
             cp.ctx_other = other.ptr
             cp.n_rs_seq = 0
+        if cfg.backend_greedy_rows > 0:
+            cp.n_outputs_max_per_seq = cfg.backend_greedy_rows
         self.ptr = lc.llama_init_from_model(model.ptr, cp)
         if not self.ptr:
             raise ModelLoadError(f"{model.path}: llama.cpp could not create a context "
@@ -310,6 +315,13 @@ class LlamaContext:
         self.n_batch = lc.llama_n_batch(self.ptr)
         self.mem = lc.llama_get_memory(self.ptr)
         self._taps: list[int] = []
+        # the greedy sampler chain attached to sequence 0 (use_backend_greedy), and chains detached
+        # since the last decode: the graph llama.cpp built with them still points to them until the
+        # next decode rebuilds it
+        self._greedy_chain = None
+        self._detached: list[object] = []
+        self.backend_greedy = False  # attached: decodes sample in the graph and copy no logits out
+        self._sampled_decode = False  # the last decode ran with it attached: it left no logits
 
     def enable_taps(self, layer_ids: list[int]) -> None:
         for lid in layer_ids:
@@ -334,13 +346,53 @@ class LlamaContext:
 
     def decode(self, batch: TokenBatch | EmbeddingBatch) -> None:
         rc = lc.llama_decode(self.ptr, batch.batch)
+        self._sampled_decode = self.backend_greedy
+        if rc == 0 and self._detached:
+            self._free_chains(self._detached)  # the graph was built again without them
         if rc != 0:
             raise GenerationError(f"{self.model.path}: llama_decode failed with code {rc} "
                                   f"({'no free KV slot: context full' if rc == 1 else 'see log'})")
 
+    def use_backend_greedy(self, on: bool) -> bool:
+        """Take greedy tokens from llama.cpp's backend sampling (the argmax runs in the graph, on the
+        device holding the logits, and llama.cpp copies no logits out) or not; returns whether it is
+        on. Off for anything that reads logits: they are not there while it is on. Changing it makes
+        llama.cpp reserve its graphs again at the next decode (once, not per decode)."""
+        on = on and self.cfg.backend_greedy_rows > 0
+        if on and not self.backend_greedy:
+            # a fresh chain each time: llama.cpp initialises a chain's backend part once only
+            chain = lc.llama_sampler_chain_init(lc.llama_sampler_chain_default_params())
+            lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_greedy())
+            if lc.llama_set_sampler(self.ptr, 0, chain):
+                self._greedy_chain, self.backend_greedy = chain, True
+            else:
+                lc.llama_sampler_free(chain)
+        elif not on and self.backend_greedy:
+            lc.llama_set_sampler(self.ptr, 0, None)
+            self._detached.append(self._greedy_chain)
+            self._greedy_chain, self.backend_greedy = None, False
+        return self.backend_greedy
+
+    def greedy_rows(self, rows: list[int]) -> np.ndarray:
+        """The greedy token of each output row: llama.cpp's backend-sampled token when that is on,
+        else the argmax in C (the same token: both take the first maximum of the same logits)."""
+        if not self._sampled_decode:
+            return self.argmax_rows(rows)[0]
+        tok = np.fromiter((lc.llama_get_sampled_token_ith(self.ptr, r) for r in rows), dtype=np.int32,
+                          count=len(rows))
+        if (tok < 0).any():
+            raise GenerationError(f"{self.model.path}: no backend-sampled token for rows {rows}")
+        return tok
+
+    def _logits_here(self) -> None:
+        if self._sampled_decode:
+            raise GenerationError(f"{self.model.path}: the last decode sampled in the graph: llama.cpp copied "
+                                  "no logits out (use_backend_greedy(False) before the decode)")
+
     def argmax_rows(self, rows: list[int], among: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(argmax token, top1-top2 logit gap) of each output row, computed in C;
         `among` (int32 token ids) restricts both to those tokens (a drafter's d2t)."""
+        self._logits_here()
         n = len(rows)
         idx = (ctypes.c_int32 * n)(*rows)
         tok = np.empty(n, dtype=np.int32)
@@ -377,6 +429,7 @@ class LlamaContext:
 
     def logits_row(self, row: int) -> np.ndarray:
         """A view of one output row's logits (valid until the next decode)."""
+        self._logits_here()
         p = lc.llama_get_logits_ith(self.ptr, row)
         if not p:
             raise GenerationError(f"{self.model.path}: no logits for row {row}")
@@ -385,6 +438,7 @@ class LlamaContext:
     def logits_rows(self, n_rows: int) -> np.ndarray:
         """A (n_rows, n_vocab) view of the last decode's output rows in batch order (valid until the
         next decode): every row at once, for batch jobs that read them all."""
+        self._logits_here()
         p = lc.llama_get_logits(self.ptr)
         if not p:
             raise GenerationError(f"{self.model.path}: no logits")
@@ -434,6 +488,15 @@ class LlamaContext:
         if getattr(self, "ptr", None):
             lc.llama_free(self.ptr)
             self.ptr = None
+        # after the context that pointed to them
+        self._free_chains(getattr(self, "_detached", []) + [getattr(self, "_greedy_chain", None)])
+        self._greedy_chain = None
+
+    def _free_chains(self, chains: list[object]) -> None:
+        for chain in chains:
+            if chain is not None:
+                lc.llama_sampler_free(chain)
+        self._detached = []
 
     def __del__(self) -> None:
         self.close()
