@@ -35,7 +35,7 @@ def write_card(out_gguf: Path, target: Path, ckpt_dir: Path, data_meta: dict, n_
         "functions cut after their docstring, small generated coding tasks, explanations, math word problems, lists, "
         "summaries of Python's documentation, five other languages; HumanEval excluded by name and by 60-character "
         "overlap), written by the target itself in the app's prompt format (plain `User:/Assistant:` for chat, raw "
-        "completion for code): 75% of first replies greedy, the rest and every second reply sampled at T=0.8."
+        "completion for code): 75% of first replies greedy, the rest and every further reply sampled at T=0.8."
         + (" Windows of offline text (Python sources, Debian documentation, man pages; HumanEval and the bench's "
            "prompts excluded) labelled with the target's own top-K at every position." if set(kinds) & set(TEXT_KINDS)
            else ""),
