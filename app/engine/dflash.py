@@ -81,13 +81,17 @@ DRAFTER_WINDOW = 2048
 # Backend greedy sampling where the target's output layer is on the CPU: off until the host-cost
 # bench (python -m app.bench.host_cost: pass_backend beside pass_c) shows it is not slower there
 BACKEND_GREEDY_ON_CPU = False
+# ... and where it is on a GPU: off until measured there, and until the memory plan prices it (on the
+# two-device RPC split its sampling buffers put the output device 539 MB over the plan's 1.05 GB)
+BACKEND_GREEDY_ON_GPU = False
 
 
 def backend_greedy_default(model: LlamaModel, placement: ModelPlacement | None) -> bool:
-    """On where the output layer is on a GPU (llama.cpp offloads it when n_gpu_layers exceeds the
-    layer count, or is -1): the argmax runs there and n x n_vocab logits stay off the PCIe bus."""
+    """Where the output layer is on a GPU (llama.cpp offloads it when n_gpu_layers exceeds the
+    layer count, or is -1) the argmax can run there and n x n_vocab logits stay off the PCIe bus."""
     n_gpu = placement.n_gpu_layers if placement is not None else 0
-    return BACKEND_GREEDY_ON_CPU or n_gpu < 0 or n_gpu > model.n_layer
+    on_gpu = n_gpu < 0 or n_gpu > model.n_layer
+    return BACKEND_GREEDY_ON_GPU if on_gpu else BACKEND_GREEDY_ON_CPU
 
 
 def verify_rows_max(drafter: str | Path | None) -> int:
