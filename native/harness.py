@@ -18,13 +18,11 @@ builds again and a second run returns at once.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -111,22 +109,7 @@ def build_harness(variant: str | None = None, force: bool = False, jobs: int | N
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--variant", default=None, choices=sorted(config.VARIANT_FLAGS))
-    ap.add_argument("--force", action="store_true", help="rebuild even if cached")
-    ap.add_argument("--jobs", type=int, default=None)
-    ap.add_argument("--print-path", action="store_true", help="only print the cached path (empty if not built)")
-    args = ap.parse_args(argv)
-    if args.print_path:
-        p = harness_path(args.variant)
-        print(p or "")
-        return 0 if p else 1
-    try:
-        print(build_harness(args.variant, force=args.force, jobs=args.jobs))
-    except (nb.BuildError, subprocess.CalledProcessError) as e:
-        print(f"[native] error: {e}", file=sys.stderr)
-        return 1
-    return 0
+    return ns.tool_main(argv, __doc__, harness_path, build_harness, print_built=True)
 
 
 if __name__ == "__main__":

@@ -122,23 +122,31 @@ def build_server(variant: str | None = None, force: bool = False, jobs: int | No
     return out / "bin" / SERVER_BINARY
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def tool_main(argv: list[str] | None, doc: str | None, path_of, build, print_built: bool = False) -> int:
+    """The command line of a cached native tool (llama-server, the drafts harness): build it, or
+    print where the cached one is."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--variant", default=None, choices=sorted(config.VARIANT_FLAGS))
     ap.add_argument("--force", action="store_true", help="rebuild even if cached")
     ap.add_argument("--jobs", type=int, default=None)
     ap.add_argument("--print-path", action="store_true", help="only print the cached path (empty if not built)")
     args = ap.parse_args(argv)
     if args.print_path:
-        p = server_path(args.variant)
+        p = path_of(args.variant)
         print(p or "")
         return 0 if p else 1
     try:
-        build_server(args.variant, force=args.force, jobs=args.jobs)
+        built = build(args.variant, force=args.force, jobs=args.jobs)
     except (nb.BuildError, subprocess.CalledProcessError) as e:
         print(f"[native] error: {e}", file=sys.stderr)
         return 1
+    if print_built:
+        print(built)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return tool_main(argv, __doc__, server_path, build_server)
 
 
 if __name__ == "__main__":
