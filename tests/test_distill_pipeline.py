@@ -4,6 +4,7 @@ that keeps HumanEval out of the training prompts."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +48,11 @@ def test_tiny_distillation_lowers_loss_and_exports_a_working_drafter(tmp_path: P
     hist = state["history"]
     assert hist[-1]["loss"] < hist[0]["loss"] * 0.9, hist
     assert (tmp_path / "ckpt" / "last.pt").exists()
+    # the same run again resumes where it stopped (done: no step more); another one is refused by name
+    again = train(model, data, cfg, tmp_path / "ckpt", progress=lambda m: None)
+    assert again["step"] == state["step"] and len(again["history"]) == len(hist)
+    with pytest.raises(ValueError, match=r"another training run \(lr 0.003 -> 0.001\)"):
+        train(model, data, replace(cfg, lr=1e-3), tmp_path / "ckpt", progress=lambda m: None)
 
     out = export_gguf(model, target, tmp_path / "drafter.gguf")
     info = read_gguf(out)

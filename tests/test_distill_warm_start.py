@@ -75,6 +75,43 @@ def test_warm_started_training_starts_from_the_file_and_counts_its_tokens(tmp_pa
     assert hist[0]["loss"] == pytest.approx(cold[-1]["loss"], rel=1e-5)
     assert hist[0]["loss"] != pytest.approx(cold[0]["loss"], rel=1e-2)
 
+    # a layer more on top of the same file: training starts from the file's function, not from scratch
+    third = tmp_path / "third.gguf"
+    assert main([*base, "--out", str(third), "--warm-start", str(first), "--layers", "2"]) == 0
+    assert load_drafter_gguf(third, target)[0].c.n_layer == 2
+    grown = json.loads((work / "ckpt-L2-1-3-warm" / "history.json").read_text())["history"]
+    assert grown[0]["loss"] == pytest.approx(cold[-1]["loss"], rel=1e-5)
+    with pytest.raises(SystemExit):  # a warm start never drops layers
+        main([*base, "--out", str(tmp_path / "x.gguf"), "--warm-start", str(third), "--layers", "1"])
+
+
+@pytest.mark.parametrize("arch", ["gemma3", "qwen3"])
+def test_a_grown_drafter_computes_what_it_grew_from_and_its_new_layer_learns(arch: str, tmp_path: Path) -> None:
+    from app.distill.target_weights import TargetWeights
+    from app.distill.train import grow_layers
+
+    target = write_tiny_target(tmp_path / "t.gguf", arch, TinyShape(n_layer=4), seed=3)
+    model = _random_drafter(target, gemma=arch == "gemma3")
+    grown = grow_layers(model, 3, TargetWeights(target), 4)
+    assert grown.c.n_layer == 3 and grow_layers(model, 2, TargetWeights(target), 4) is model
+    g = torch.Generator().manual_seed(1)
+    feats = torch.randn(20, 2 * model.c.n_embd, generator=g)
+    anchors = torch.tensor([3, 9, 15])
+    tokens = torch.randint(0, 64, (3, 8), generator=g)
+    want = model(feats, anchors, tokens)
+    assert torch.allclose(grown(feats, anchors, tokens), want, atol=1e-5)
+    # the trained layers moved up one, unchanged; the new one is the target's layer 1 (4 - 3)
+    assert torch.equal(grown.layers[1].wq.weight, model.layers[0].wq.weight)
+    assert torch.equal(grown.layers[0].wq.weight, torch.from_numpy(
+        TargetWeights(target).get("blk.1.attn_q.weight")).reshape(grown.layers[0].wq.weight.shape))
+    opt = torch.optim.SGD(grown.parameters(), lr=0.1)
+    for _ in range(2):  # its branches start at zero, and open with training
+        opt.zero_grad()
+        grown(feats, anchors, tokens).logsumexp(-1).mean().backward()
+        opt.step()
+    assert not torch.allclose(grown(feats, anchors, tokens), want, atol=1e-3)
+    assert grown.layers[0].wq.weight.grad is not None and grown.layers[0].wq.weight.grad.abs().sum() > 0
+
 
 def test_the_curve_measures_a_drafter_on_the_held_out_prompts(tmp_path: Path) -> None:
     target = write_tiny_target(tmp_path / "t.gguf", "gemma3", TinyShape(n_layer=4), seed=4)

@@ -33,8 +33,9 @@ from app.distill.dataset import packed_data
 from app.distill.export import export_gguf, load_drafter_gguf
 from app.distill.generate import GenConfig, generate_dataset
 from app.distill.offline_text import load_documents, offline_documents, save_documents
+from app.distill.target_weights import TargetWeights
 from app.distill.teacher_forced import LabelConfig, label_text
-from app.distill.train import TrainConfig, build_drafter, train
+from app.distill.train import TrainConfig, build_drafter, grow_layers, train
 from gguf_tools.reader import read_gguf
 
 
@@ -65,7 +66,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="replies per prompt while generating: the first, then sampled ones from a copy of its cache")
     ap.add_argument("--gen-taps", help="layer inputs to store while generating (comma list; default: taps + extras)")
     ap.add_argument("--taps", help="layer inputs the drafter reads (comma list)")
-    ap.add_argument("--layers", type=int, default=None, help="drafter layers")
+    ap.add_argument("--layers", type=int, default=None,
+                    help="drafter layers (with --warm-start, more than the file has adds layers in front that "
+                         "start as no-ops)")
     ap.add_argument("--draft-vocab", type=int, default=16384)
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--anchors", type=int, default=24, help="anchors per sequence per step")
@@ -100,13 +103,13 @@ def main(argv: list[str] | None = None) -> int:
     target = Path(args.target).expanduser()
     info = read_gguf(target)
     work = Path(args.work).expanduser() if args.work else Path.home() / ".cache" / "flashdesk" / "distill" / target.stem
-    # a warm start reads the taps and keeps the layers of the drafter it starts from
+    # a warm start reads the taps and keeps the layers of the drafter it starts from (more with --layers)
     warm = read_gguf(Path(args.warm_start).expanduser()) if args.warm_start else None
     warm_taps = [int(x) for x in warm.arch_get("target_layers")] if warm else None
     taps = ([int(x) for x in args.taps.split(",")] if args.taps else warm_taps or default_taps(info.n_layer))
     gen_taps = sorted({*taps, *([int(x) for x in args.gen_taps.split(",")] if args.gen_taps else [])})
     n_params = sum(t.n_elements for t in info.tensors)
-    n_layers = warm.n_layer if warm else args.layers or default_drafter_layers(n_params)
+    n_layers = max(warm.n_layer, args.layers or 0) if warm else args.layers or default_drafter_layers(n_params)
     say = lambda m: print(f"[distill {time.strftime('%H:%M:%S')}] {m}", flush=True)  # noqa: E731
     say(f"target {target.name}: {info.arch}, {info.n_layer} layers, {n_params / 1e6:.0f}M parameters; "
         f"drafter: {n_layers} layers, taps {taps}; work folder {work}")
@@ -186,6 +189,9 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"{args.warm_start} does not say how many tokens it was trained on: pass --prior-tokens")
         if list(model.c.target_layers) != taps:
             ap.error(f"{args.warm_start} reads taps {model.c.target_layers}, not --taps {args.taps}")
+        if args.layers and args.layers < model.c.n_layer:
+            ap.error(f"{args.warm_start} has {model.c.n_layer} layers: --layers {args.layers} cannot drop any")
+        model = grow_layers(model, n_layers, TargetWeights(target), info.n_layer)
         cfg.n_layer, cfg.draft_vocab = model.c.n_layer, len(model.d2t)
     else:
         model = build_drafter(target, data, cfg)
@@ -195,7 +201,10 @@ def main(argv: list[str] | None = None) -> int:
     ckpt = work / (f"ckpt-L{cfg.n_layer}-{tag}" + ("-warm" if args.warm_start else ""))
     t0 = time.time()
     if args.stage in ("all", "train"):
-        state = train(model, data, cfg, ckpt, progress=say)
+        try:
+            state = train(model, data, cfg, ckpt, progress=say)
+        except ValueError as e:  # a checkpoint folder of another run (train says which and what to do)
+            ap.error(str(e))
         say(f"training done: {json.dumps(state['history'][-1])}")
     else:
         ck = torch.load(ckpt / "last.pt", weights_only=False)

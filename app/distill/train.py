@@ -21,7 +21,7 @@ import json
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -106,6 +106,14 @@ def build_drafter(target: Path, data: DistillData, cfg: TrainConfig) -> Drafter:
     return model
 
 
+def _copy_target_layer(layer: torch.nn.Module, tw: TargetWeights, blk: int) -> None:
+    for attr, gname in LAYER_TENSORS.items():
+        mod = getattr(layer, attr)
+        src = f"blk.{blk}.{gname}.weight"
+        if mod is not None and tw.has(src):
+            mod.weight.copy_(torch.from_numpy(tw.get(src)).reshape(mod.weight.shape))
+
+
 def init_from_target(model: Drafter, tw: TargetWeights, n_layer_target: int) -> None:
     """Layers <- the target's last layers; fc <- identity on the deepest tap;
     hidden_norm <- that layer's attn_norm; output_norm <- the target's."""
@@ -113,13 +121,7 @@ def init_from_target(model: Drafter, tw: TargetWeights, n_layer_target: int) -> 
     first = n_layer_target - c.n_layer
     with torch.no_grad():
         for i, layer in enumerate(model.layers):
-            for attr, gname in LAYER_TENSORS.items():
-                mod = getattr(layer, attr)
-                if mod is None:
-                    continue
-                src = f"blk.{first + i}.{gname}.weight"
-                if tw.has(src):
-                    mod.weight.copy_(torch.from_numpy(tw.get(src)).reshape(mod.weight.shape))
+            _copy_target_layer(layer, tw, first + i)
         deepest = max(range(len(c.target_layers)), key=lambda j: c.target_layers[j])
         lid = c.target_layers[deepest]
         model.fc.weight.zero_()
@@ -127,6 +129,36 @@ def init_from_target(model: Drafter, tw: TargetWeights, n_layer_target: int) -> 
         if lid < n_layer_target and tw.has(f"blk.{lid}.attn_norm.weight"):
             model.hidden_norm.weight.copy_(torch.from_numpy(tw.get(f"blk.{lid}.attn_norm.weight")))
         model.output_norm.weight.copy_(torch.from_numpy(tw.get("output_norm.weight")))
+
+
+def grow_layers(model: Drafter, n_layer: int, tw: TargetWeights, n_layer_target: int) -> Drafter:
+    """`model` with n_layer layers that computes exactly what it computed: the trained layers stay
+    the last ones, each new one goes in front as a copy of the target layer before them with its
+    residual branches switched off (post-norm weights, or wo and down, at zero). Training then
+    starts from the warm-started drafter's function, and the new layer learns from there (the
+    capacity A/B of issue 27: a third layer on top of a warm start, not a cold restart)."""
+    add = n_layer - model.c.n_layer
+    if add < 0:
+        raise ValueError(f"cannot shrink a {model.c.n_layer}-layer drafter to {n_layer} layers")
+    if add == 0:
+        return model
+    grown = Drafter(replace(model.c, n_layer=n_layer), model.tok_embd, model.head, model.d2t)
+    state = {}
+    for k, v in model.state_dict().items():
+        if k.startswith("layers."):
+            i, rest = k[len("layers."):].split(".", 1)
+            k = f"layers.{int(i) + add}.{rest}"
+        state[k] = v
+    missing, unexpected = grown.load_state_dict(state, strict=False)
+    assert not unexpected and all(k.startswith(tuple(f"layers.{i}." for i in range(add))) for k in missing)
+    with torch.no_grad():
+        for i in range(add):
+            layer = grown.layers[i]
+            _copy_target_layer(layer, tw, n_layer_target - n_layer + i)
+            for off in ((layer.attn_post_norm, layer.ffn_post_norm) if model.c.post_norms
+                        else (layer.wo, layer.down)):
+                off.weight.zero_()
+    return grown
 
 
 def _t2d_cpu(model: Drafter) -> np.ndarray:
@@ -267,6 +299,14 @@ def train(model: Drafter, data: DistillData, cfg: TrainConfig, ckpt_dir: Path,
         if not torch.equal(ck["model"]["d2t"], model.d2t):
             raise ValueError(f"{last} was trained with another draft vocabulary (the data changed?): "
                              f"use a new checkpoint folder")
+        # a resumed run is the same run: another lr, epoch count or block mix would continue a
+        # schedule made for different settings (the device may change: a run moved to a GPU)
+        was = {k: v for k, v in ck.get("train_config", {}).items() if k != "device"}
+        now = {k: v for k, v in asdict(cfg).items() if k != "device"}
+        if was and was != now:
+            diff = ", ".join(f"{k} {was.get(k)} -> {now.get(k)}" for k in sorted(now) if was.get(k) != now.get(k))
+            raise ValueError(f"{last} belongs to another training run ({diff}): delete {ckpt_dir} to start "
+                             f"this one, or run with the settings it was made with to resume it")
         model.load_state_dict(ck["model"])
         opt.load_state_dict(ck["opt"])
         sched.load_state_dict(ck["sched"])
@@ -307,7 +347,7 @@ def train(model: Drafter, data: DistillData, cfg: TrainConfig, ckpt_dir: Path,
                          f"lr {sched.get_last_lr()[0]:.2e} {el / 60:.1f} min")
                 run = {"ce": 0.0, "kl": 0.0, "top1": 0.0, "n": 0}
             if state["step"] % 200 == 0:
-                _save(last, model, opt, sched, state)
+                _save(last, model, opt, sched, state, cfg)
             if state["step"] >= total:
                 break
         if state["step"] >= (ep + 1) * steps_per_epoch:
@@ -317,13 +357,14 @@ def train(model: Drafter, data: DistillData, cfg: TrainConfig, ckpt_dir: Path,
                                  **ev})
         progress(f"epoch {state['epoch']}: held-out loss {ev['loss']:.3f}, tau {ev['tau']:.3f} "
                  f"{ev['tau_by_kind']}, accept by pos {ev['accept_rate_by_pos'][:6]}")
-        _save(last, model, opt, sched, state)
+        _save(last, model, opt, sched, state, cfg)
     (ckpt_dir / "history.json").write_text(json.dumps({"config": asdict(cfg), "history": state["history"]}, indent=2))
     return state
 
 
-def _save(path: Path, model: Drafter, opt: torch.optim.Optimizer, sched: object, state: dict) -> None:
+def _save(path: Path, model: Drafter, opt: torch.optim.Optimizer, sched: object, state: dict,
+          cfg: TrainConfig) -> None:
     tmp = path.with_suffix(".tmp")
     torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(),
-                "state": state, "config": model.c.to_dict()}, tmp)
+                "state": state, "config": model.c.to_dict(), "train_config": asdict(cfg)}, tmp)
     tmp.rename(path)
