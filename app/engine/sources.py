@@ -80,7 +80,11 @@ class LookupSource:
         self.index.reply_ends = stops
 
     def begin(self, prompt: list[int], st: GenerationStats, prefill: bool) -> None:
+        t0 = time.perf_counter()
         self.index.set_history(prompt)
+        if prefill:  # a speculative reply: the prompt is indexed now, in bulk, not in its first step
+            self.index.index_history()
+        st.t_lookup_s += time.perf_counter() - t0
 
     def find(self, k: int, st: GenerationStats) -> LookupMatch | None:
         t0 = time.perf_counter()
