@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from app.engine.dflash import Engine, EngineConfig
+from app.engine.dflash import DRAFTER_SLACK, Engine, EngineConfig
 from app.engine.lossless import check_lossless
 from app.engine.params import GenerationParams
 from app.engine.stats import GenerationStats
@@ -48,6 +48,9 @@ def test_window_bounds_the_drafter_cache_and_keeps_the_output(engine: Engine) ->
     e = engine
     prompt = e.tokenize(PROMPT)
     assert len(prompt) > 4 * W
+    # the drafter's cache is sized to the window (and a slack), fewer cells than the positions it is given:
+    # llama.cpp keeps each cell's position, so positions past its n_ctx are fine
+    assert W + DRAFTER_SLACK <= e.dctx.n_ctx == 512 < len(prompt) < e.n_ctx  # padded to 256 by llama.cpp
     plain, _ = run(e, prompt, GenerationParams(max_tokens=24, speculative=False))
     e.reset()
     fed0 = e.injected_rows
@@ -63,6 +66,7 @@ def test_window_zero_feeds_and_keeps_everything(engine: Engine) -> None:
     prompt = e.tokenize(PROMPT)
     e.set_drafter_window(0)
     try:
+        assert e.dctx.n_ctx == e.n_ctx  # unbounded: the whole context
         fed0 = e.injected_rows
         e.complete(prompt, GenerationParams(max_tokens=8, draft_max=7))
         e.cache_positions()
@@ -70,6 +74,7 @@ def test_window_zero_feeds_and_keeps_everything(engine: Engine) -> None:
         assert e.injected_rows - fed0 >= len(prompt) - 1
     finally:
         e.set_drafter_window(W)
+    assert e.dctx.n_ctx == 512  # sized to the window again
 
 
 @pytest.mark.slow

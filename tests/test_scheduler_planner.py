@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from app.engine.dflash import DRAFTER_SLACK, DRAFTER_WINDOW
 from app.scheduler import HostSpec, Inventory, PlanRequest, parse_gpu_spec, plan_split, read_profile
 from app.scheduler.apply import placements
 from app.scheduler.errors import PlanInputError
@@ -95,7 +96,9 @@ def test_27b_with_1gb_drafter_at_32k_fits_one_24gb_card(shapes: dict[str, Path])
     kv = 16 * 32768 * 4 * 256 * 2 * 2
     rs = 48 * (3 * (6144 + 2 * 16 * 128) + 128 * 6144) * 4 * 16
     assert card.bytes.kv == kv + rs
-    assert card.bytes.drafter_kv == 5 * 32768 * 8 * 128 * 2 * 2
+    # the drafter's cache: its window and a slack (2,304 cells), not the 32k context
+    assert plan.drafter_plan.n_ctx == DRAFTER_WINDOW + DRAFTER_SLACK
+    assert card.bytes.drafter_kv == 5 * (DRAFTER_WINDOW + DRAFTER_SLACK) * 8 * 128 * 2 * 2
     # published setups (Q4_K_M target + ~1 GB drafter, 32k, f16 KV) report about 22.3 GB in all
     assert abs(gb(card.bytes.used) - 22.3) / 22.3 < 0.08, gb(card.bytes.used)
     assert card.headroom > 0

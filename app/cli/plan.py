@@ -15,6 +15,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+from app.engine.dflash import DRAFTER_WINDOW
 from app.scheduler.errors import PlanInputError
 from app.scheduler.explain import explain
 from app.scheduler.inventory import Inventory, detect_inventory, host_spec, hypothetical_inventory, parse_size
@@ -31,6 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--ctx", type=int, default=4096, help="context length (default 4096)")
     p.add_argument("--kv", default="f16", help="KV cache type: f16 (default), q8_0, q4_0, ...")
     p.add_argument("--batch", type=int, default=512, help="batch size (default 512, the engine's)")
+    p.add_argument("--drafter-window", type=int, default=DRAFTER_WINDOW,
+                   help=f"the drafter's window, as the model commands take it (default {DRAFTER_WINDOW}; 0: the whole "
+                        "context): the drafter's cache is sized to it")
     p.add_argument("--gpu", action="append", metavar="NAME:SIZE",
                    help="a hypothetical card, e.g. RTX3090:24GiB (repeat for more; options :bw=GBs :pcie=4x16 "
                         ":free=SIZE :nvlink); without --gpu the detected devices are used")
@@ -64,7 +68,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         raise PlanInputError(f"--split {args.split!r}: expected numbers separated by commas, e.g. 3,1") from None
     inv = _inventory(args)
     req = PlanRequest(n_ctx=args.ctx, kv_type=args.kv.lower(), n_batch=args.batch, margin=parse_size(args.margin),
-                      split=split, n_gpu_layers=args.n_gpu_layers, allow_partial=not args.no_partial)
+                      split=split, n_gpu_layers=args.n_gpu_layers, allow_partial=not args.no_partial,
+                      drafter_window=args.drafter_window)
     plan = plan_split(Path(args.target).expanduser(), Path(args.drafter).expanduser() if args.drafter else None,
                       inv, req)
     lines = explain(plan)

@@ -76,6 +76,16 @@ PENDING_MAX_BYTES = 64 << 20
 # are trained on short contexts (ours on sequences of at most ~550 tokens) and lose acceptance far past
 # them, while an unbounded drafter pays attention and KV over the whole document every pass
 DRAFTER_WINDOW = 2048
+# cells of the drafter's cache beyond its window: a draft block (block_size rows) or a timed injection
+# (Engine.time_injection, calibration's INJECT_ROWS = 64) after a full window; llama.cpp pads to 256 anyway
+DRAFTER_SLACK = 256
+
+
+def drafter_context(n_ctx: int, window: int | None) -> int:
+    """The drafter's context length under a window: it never holds more than the window and a block, and
+    llama.cpp ties no position to a cell (a cell keeps the position it was given; freed cells are
+    refilled), so its cache is sized to that, not to the target's n_ctx (the plan prices it the same)."""
+    return min(n_ctx, window + DRAFTER_SLACK) if window else n_ctx
 
 
 # Backend greedy sampling where the target's output layer is on the CPU: off until the host-cost
@@ -174,23 +184,31 @@ class Engine:
             raise ModelLoadError(f"{path}: the drafter has no usable mask token")
         # a non-causal drafter must see each block (and each injection chunk) in one ubatch
         self._d_ubatch = max(self.block_size, min(256, cfg.n_batch))
-        causal = (self.drafter.meta("dflash.attention.causal") or "false") == "true"
-        self.dctx = LlamaContext(self.drafter, ContextConfig(
-            n_ctx=self.n_ctx, n_batch=self._d_ubatch, n_ubatch=self._d_ubatch, n_threads=cfg.n_threads,
-            non_causal=not causal), other=self.ctx)
-        self.ctx.enable_taps(self.target_layers)
-        self._dbatch = TokenBatch(self.block_size)
         # the drafter's reduced vocabulary (target ids), if it has one: the drafter then outputs
         # only those logits (not 262k-wide -inf rows) and the readout maps them through d2t in C
         self._d2t = np.ascontiguousarray(self._read_d2t(), dtype=np.int64)
-        if self._d2t.size:
-            self.dctx.set_dflash_compact_logits()
+        self._open_drafter_context(drafter_context(self.n_ctx, cfg.drafter_window))
+        self.ctx.enable_taps(self.target_layers)
+        self._dbatch = TokenBatch(self.block_size)
         self._ebatch = EmbeddingBatch(self._d_ubatch, len(self.target_layers) * self.target.n_embd)
         # features emitted while decoding wait for the next DFlash step (plain and lookup steps then
         # cost no drafter call at all, and a reply that never drafts from DFlash feeds nothing),
         # up to this many rows; a prompt's are fed as it is read (_prefill), a ubatch at a time
         row_bytes = 4 * len(self.target_layers) * self.target.n_embd
         self._pending_cap = max(self._d_ubatch, PENDING_MAX_BYTES // row_bytes)
+
+    def _open_drafter_context(self, n_ctx: int) -> None:
+        """(Re)create the drafter's context with n_ctx cells (its cache starts empty)."""
+        if self.dctx is not None:
+            self.dctx.close()
+            self.dctx = None
+        causal = (self.drafter.meta("dflash.attention.causal") or "false") == "true"
+        self.dctx = LlamaContext(self.drafter, ContextConfig(
+            n_ctx=n_ctx, n_batch=self._d_ubatch, n_ubatch=self._d_ubatch, n_threads=self.config.n_threads,
+            non_causal=not causal), other=self.ctx)
+        self._dctx_cells = n_ctx
+        if self._d2t.size:
+            self.dctx.set_dflash_compact_logits()
 
     def _register_sources(self, draft_model: str | Path | None, cfg: EngineConfig,
                           progress: Callable[[float], bool] | None) -> dict[str, DraftSource]:
@@ -235,6 +253,8 @@ class Engine:
             raise ValueError(f"drafter window {window}: expected 0 (unbounded) or a positive count")
         self.drafter_window = window or 0
         self.reset()
+        if self.dctx is not None and drafter_context(self.n_ctx, window) != self._dctx_cells:
+            self._open_drafter_context(drafter_context(self.n_ctx, window))  # its cache is sized to the window
 
     def _window_start(self, end: int) -> int:
         """The first position the drafter keeps when its features end at `end`."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from app.engine.dflash import DRAFTER_WINDOW
 from app.scheduler.inventory import DeviceSpec, GiB
 from app.scheduler.profile import ModelProfile
 
@@ -95,6 +96,7 @@ class DrafterPlan:
     compute: int
     n_ubatch: int
     reason: str
+    n_ctx: int = 0  # its cells: the window and some slack (drafter_context), at most the target's context
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -191,4 +193,5 @@ class PlanRequest:
     use_drafter: bool = True
     n_rs_seq: int | None = None  # recurrent rollback snapshots; None: block_size - 1 where needed
     drafter_device: str | None = None  # pin the drafter to this GPU (default: the output device)
+    drafter_window: int = DRAFTER_WINDOW  # the engine's (0: unbounded): its cache is sized to it (drafter_context)
     advise: bool = True

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from app.engine.dflash import drafter_context
 from app.scheduler import memory as mem
 from app.scheduler.advice import advise
 from app.scheduler.errors import PlanInputError
@@ -52,6 +53,8 @@ class _Planner:
         self.warnings: list[str] = list(target.warnings)
         if req.n_ctx <= 0:
             raise PlanInputError(f"the context length must be positive, got {req.n_ctx}")
+        if req.drafter_window < 0:
+            raise PlanInputError(f"drafter window {req.drafter_window}: expected 0 (unbounded) or a positive count")
         mem.ggml_type(req.kv_type)
         n_ctx = req.n_ctx
         if target.n_ctx_train and n_ctx > target.n_ctx_train:
@@ -71,9 +74,10 @@ class _Planner:
         self.cost = [ly.weights + mem.layer_cache_bytes(target, i, self.cs) for i, ly in enumerate(target.layers)]
         self.dcs = None
         if drafter is not None:
-            # the engine's drafter context: non-causal, ubatch max(block, min(256, n_batch)), f16 cache
+            # the engine's drafter context: non-causal, ubatch max(block, min(256, n_batch)), f16 cache, its
+            # cells the window's (Engine._open_drafter_context)
             ub = max(drafter.block_size, min(256, req.n_batch))
-            self.dcs = mem.ContextShape.make(self.cs.n_ctx, ub, ub, causal=False)
+            self.dcs = mem.ContextShape.make(drafter_context(self.cs.n_ctx, req.drafter_window), ub, ub, causal=False)
 
     # --- the drafter's bytes -----------------------------------------------------
     def drafter_bytes(self, on_gpu: bool) -> tuple[int, int, int]:
@@ -200,7 +204,8 @@ class _Planner:
                          f"({gib(own)} GiB more there); llama.cpp aborts if it must reach the target's"))
         return DrafterPlan(device=where.name, shares_head=not d.has_own_head and (where.has_output or not plan.devices),
                            needs_own_head=own > 0, own_head_bytes=own, weights=b.drafter_weights, kv=b.drafter_kv,
-                           compute=b.drafter_compute, n_ubatch=self.dcs.n_ubatch if self.dcs else 0, reason=reason)
+                           compute=b.drafter_compute, n_ubatch=self.dcs.n_ubatch if self.dcs else 0, reason=reason,
+                           n_ctx=self.dcs.n_ctx if self.dcs else 0)
 
     def problems(self, plan: SplitPlan) -> list[str]:
         out = []
