@@ -3,7 +3,8 @@ left out (issue 30, point 1), for verify sizes n = 1..16, projected against an R
 
 The target decodes n tokens once per size; then each part a step does on the host around that pass
 is timed on its own, repeated: the argmax of each row (in C, the greedy path), a sampled pick per
-row over the logits in place (the sampling path), the tapped hidden-state rows copied out of the target and into the
+row over the logits in place (the sampling path: temperature 0.8, top-p 0.95, with top-k 40 and with
+top-k off), the tapped hidden-state rows copied out of the target and into the
 drafter's embedding batch, the context lookup, the controller's choice and observation, the
 reply's text and stats (what an event carries), and a bare ctypes call (each step makes ~10).
 
@@ -97,7 +98,8 @@ def _parts(ctx: LlamaContext, bctx: LlamaContext, model: LlamaModel, n: int, pro
     feats = ctx.taps(n)
     stream = TextStream(lambda t: model.token_to_piece(t), ["\nUser:"])
     stats = GenerationStats()
-    sampler = TokenSampler(GenerationParams(temperature=0.8, top_p=0.95, seed=0))
+    sampler = TokenSampler(GenerationParams(temperature=0.8, top_p=0.95, seed=0))  # top-k 40, the default
+    sampler_top_p = TokenSampler(GenerationParams(temperature=0.8, top_k=0, top_p=0.95, seed=0))
 
     def observe() -> None:
         c = policy.choose(step)
@@ -110,8 +112,10 @@ def _parts(ctx: LlamaContext, bctx: LlamaContext, model: LlamaModel, n: int, pro
     return {
         "argmax_c": _time(lambda: ctx.argmax_rows(idx), reps),
         "backend_read": _time(lambda: bctx.greedy_rows(idx), reps),
-        # a sampled reply (temperature 0.8, top-p 0.95): each row's pick over the logits in place
+        # a sampled reply (temperature 0.8, top-p 0.95; top-k 40, then off): each row's pick over the
+        # logits in place (sampling.py: top-k's candidates by blocks, top-p's head sorted, not the row)
         "sample_rows": _time(lambda: [sampler.pick(ctx.logits_row(i)) for i in idx], reps),
+        "sample_rows_top_p": _time(lambda: [sampler_top_p.pick(ctx.logits_row(i)) for i in idx], reps),
         "taps_out": _time(lambda: ctx.taps(n), reps),
         "taps_into_drafter_batch": _time(lambda: inject.set(feats, 0), reps),
         "lookup_find": _time(lambda: lookup.find(15), reps),
@@ -155,6 +159,10 @@ def measure(target: Path, drafter: Path | None, reps: int, n_threads: int = 0, p
             greedy = sum(part[k] for k in GREEDY_PARTS)
             rows[str(n)]["greedy_total"] = round(greedy * 1e6, 2)
             rows[str(n)]["sampling_total"] = round((greedy - part["argmax_c"] + part["sample_rows"]) * 1e6, 2)
+            rows[str(n)]["sampling_total_top_p"] = round(
+                (greedy - part["argmax_c"] + part["sample_rows_top_p"]) * 1e6, 2)
+            rows[str(n)]["sample_rows_per_row"] = round(part["sample_rows"] / n * 1e6, 2)
+            rows[str(n)]["sample_rows_top_p_per_row"] = round(part["sample_rows_top_p"] / n * 1e6, 2)
             # the backend-greedy path: the tokens read instead of the argmax in C (on a GPU the argmax
             # in the graph is device time), and what its whole pass costs here beyond the C path's
             backend = greedy - part["argmax_c"] + part["backend_read"]
@@ -186,6 +194,8 @@ def project(us_by_n: dict) -> dict:
                        "host_sampling_share": round(row["sampling_total"] * 1e-6 / step_s, 4),
                        "pcie_logits_and_taps_us": round(pcie_s * 1e6, 1),
                        "pcie_share": round(pcie_s / step_s, 4)}
+            if "sampling_total_top_p" in row:
+                by_n[n]["host_sampling_top_p_share"] = round(row["sampling_total_top_p"] * 1e-6 / step_s, 4)
             if "greedy_total_backend" in row:
                 by_n[n].update({"host_greedy_backend_share": round(row["greedy_total_backend"] * 1e-6 / step_s, 4),
                                 "pcie_taps_only_us": round(taps_s * 1e6, 1),

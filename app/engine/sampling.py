@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from app.engine.llama_objects import LlamaGrammar
 
 SORT_MAX = 4096  # more candidates than this are sorted only as far as top-p needs
+HEAD_FIRST = 64  # the first head of candidates sorted for top-p (then four times longer, as needed)
+BLOCK = 64  # logits per block when finding the largest: a block's max bounds all of them
 
 
 @dataclass
@@ -155,22 +157,24 @@ class TokenSampler:
 
     def probabilities(self, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(candidate token ids, their probabilities) after the filters and temperature; most
-        likely first, except a whole unfiltered vocabulary (kept in id order: a draw needs none)."""
+        likely first (ties: the lower id), except a whole unfiltered vocabulary (kept in id order: a
+        draw needs none). A row is 262k logits on Gemma: top-k's candidates are found by blocks
+        (`_largest`) and only as long a head as top-p needs is sorted, never the whole row."""
         p = self.params
         x = np.asarray(logits, dtype=np.float32)
-        if 0 < p.top_k < x.shape[0]:
-            ids = np.argpartition(-x, p.top_k - 1)[:p.top_k]
-        else:
-            ids = np.arange(x.shape[0])
-        vals = x[ids].astype(np.float64)
-        top = vals.max()
+        ids = _largest(x, p.top_k, sort=False) if 0 < p.top_k < x.shape[0] else None  # None: every id
+        vals = x if ids is None else x[ids]  # the row itself is read in place, not copied
+        top = np.float64(vals.max())
         # top-p's mass is a share of every top-k candidate's; min-p's cut is a ratio to the best
-        z = np.exp(vals - top).sum() if p.top_p < 1.0 else 1.0
+        z = _mass(vals, top) if p.top_p < 1.0 else 1.0
         if p.min_p > 0.0:
-            keep = vals >= top + np.log(p.min_p)  # p_i >= min_p * p_max, exactly
-            ids, vals = ids[keep], vals[keep]
+            keep = np.flatnonzero(vals >= top + np.log(p.min_p))  # p_i >= min_p * p_max, exactly (in float64)
+            ids, vals = (keep if ids is None else ids[keep]), vals[keep]
+        if ids is None:
+            ids = np.arange(x.shape[0])
         if p.top_p < 1.0 or len(vals) <= SORT_MAX:
-            ids, vals = _sorted_head(ids, vals, top, z * p.top_p if p.top_p < 1.0 else None)
+            ids, vals = _sorted_head(ids, vals, top, z, p.top_p)
+        vals = vals.astype(np.float64)
         if p.top_p < 1.0:
             keep = int(np.searchsorted(np.cumsum(np.exp(vals - top)) / z, p.top_p) + 1)
             ids, vals = ids[:keep], vals[:keep]
@@ -189,16 +193,49 @@ class TokenSampler:
         return int(ids[i])
 
 
-def _sorted_head(ids: np.ndarray, vals: np.ndarray, top: float, mass: float | None) -> tuple[np.ndarray, np.ndarray]:
-    """The candidates in descending order, or (with `mass`) only as many of the most likely as
-    reach that unnormalised probability mass: with top-k off the vocabulary is 262k ids, and a
-    full sort per token would cost more than the target's step."""
-    n = 64
-    while mass is not None and n < len(vals):
-        head = np.argpartition(-vals, n - 1)[:n]
-        if np.exp(vals[head] - top).sum() >= mass:
-            order = head[np.lexsort((ids[head], -vals[head]))]  # ties: the lower id first
-            return ids[order], vals[order]
+def _mass(vals: np.ndarray, top: np.float64) -> np.float64:
+    """The unnormalised probability mass of `vals`, sum(exp(vals - top)), in float64: top-p's whole."""
+    d = vals.astype(np.float64)
+    d -= top
+    return np.exp(d, out=d).sum()
+
+
+def _sorted_head(ids: np.ndarray, vals: np.ndarray, top: np.float64, z: np.float64,
+                 top_p: float) -> tuple[np.ndarray, np.ndarray]:
+    """The candidates most likely first (ties: the lower id), or (top_p < 1) only as many of the
+    most likely as reach top-p's share of the mass z: a head of HEAD_FIRST, four times longer until
+    its cumulative share (the sum the cut makes, so the cut falls inside it) reaches top_p, else all.
+    `ids` ascending, so a lower position in `vals` is a lower id."""
+    n = HEAD_FIRST
+    while top_p < 1.0 and n < len(vals):
+        head = _largest(vals, n)
+        if np.cumsum(np.exp(vals[head].astype(np.float64) - top))[-1] / z >= top_p:
+            return ids[head], vals[head]
         n *= 4
-    order = np.lexsort((ids, -vals))
+    order = _largest(vals, len(vals))
     return ids[order], vals[order]
+
+
+def _largest(vals: np.ndarray, m: int, sort: bool = True) -> np.ndarray:
+    """Positions of the m largest of `vals` (ties at the m-th: the lower positions), most likely
+    first, or ascending with sort=False. Only blocks of BLOCK values whose max reaches the m-th
+    largest block max are searched: m values reach that max, so the m-th largest value does too,
+    and every value >= it lies in such a block: a row is read once and only those blocks are copied."""
+    n = vals.shape[0]
+    nb = n // BLOCK
+    if 2 * m * BLOCK <= n:  # the blocks leave at most half the row to search
+        maxes = vals[:nb * BLOCK].reshape(nb, BLOCK).max(axis=1)
+        blocks = np.flatnonzero(maxes >= np.partition(maxes, nb - m)[nb - m])
+        cand = (blocks[:, None] * BLOCK + np.arange(BLOCK)).ravel()
+        if nb * BLOCK < n:  # the last partial block is always searched
+            cand = np.concatenate((cand, np.arange(nb * BLOCK, n)))
+    else:
+        cand = np.arange(n)
+    c = vals[cand]
+    if len(cand) > m:
+        kth = np.partition(c, len(c) - m)[len(c) - m]  # the m-th largest
+        above = np.flatnonzero(c > kth)
+        keep = np.concatenate((above, np.flatnonzero(c == kth)[:m - len(above)]))  # cand is ascending
+        keep.sort()
+        cand, c = cand[keep], c[keep]
+    return cand[np.lexsort((cand, -c))] if sort else cand
