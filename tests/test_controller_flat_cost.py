@@ -6,6 +6,7 @@ the true acceptance. A controller capped at the CPU's k fails it (shown below)."
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -93,3 +94,32 @@ def test_the_real_loop_drafts_the_whole_block_where_verify_is_flat(tmp_path: Pat
         assert float(np.median(late)) == 15 and min(late) >= 14, str(late)
     finally:
         e.close()
+
+
+STANDIN_VERIFY = Path(__file__).resolve().parents[1] / "docs/bench/standin-verify-cost-cpu.json"
+
+
+def standin_costs() -> CostModel:
+    """The Qwen3-4B-shaped stand-in's verify(n) as measured on this CPU (flat to n = 8, 2.2x at 16;
+    docs/bench, tool-written) and a drafter pass of a tenth of a step (assumed: not measured there)."""
+    ms = json.loads(STANDIN_VERIFY.read_text())["flashdesk"]["ms"]
+    verify = [ms[str(n)] / 1e3 for n in range(1, 17)]
+    return CostModel(verify_s=[0.0] + verify, draft_s=[0.0] + [0.1 * verify[0]] * 15, inject_call_s=0.0001,
+                     inject_row_s=0.00001, switch_s=0.0002)
+
+
+def check_standin_curve(make: Callable[[CostModel], DraftController], seed: int) -> None:
+    cost = standin_costs()
+    good = true_rates(cost, ZLAB_BLOCK16)
+    assert 3 < good.argmax() < 15 and good[:4].max() < 0.9 * good.max()  # neither the CPU's k nor the block
+    high = run(make(cost), ZLAB_BLOCK16, 300, np.random.default_rng(seed))[-100:]
+    assert min(good[k] for k in high) >= 0.9 * good.max(), (high, good.round(2).tolist())
+
+
+def test_on_the_standins_measured_curve_the_choice_is_near_the_best() -> None:
+    """Where verify is flat only up to 8 rows, the best k is past the CPU's 3 and short of the block;
+    the controller's choices are worth >= 90% of the best k's tokens/s, and capped at 3 they are not."""
+    check_standin_curve(lambda cost: DraftController(cost, refresh_costs=False), 0)
+    with pytest.raises(AssertionError):
+        check_standin_curve(lambda cost: DraftController(cost, dflash_k_max=3, lookup_k_max=3,
+                                                         refresh_costs=False), 0)
