@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         return json.loads(f.read_text())["summary"]
 
     if budget.bench_bundled:
-        step("bench_bundled", lambda: bench([], "plain,fixed,hybrid"))
+        step("bench_bundled", lambda: bench([]))
     if have_standin:
         step("verify_cost_standin", lambda: verify_cost(pair[:2]))
         step("bench_standin", lambda: bench(pair))
