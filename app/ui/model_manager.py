@@ -194,7 +194,8 @@ class ModelManagerDialog(QDialog):
         self.accept_button.setEnabled(e is not None and not busy and bool(unverified_files(e, self.downloader)))
         if e is not None:
             notes = "".join(f" Unverified {k}: {v}." for k, v in e.notes.items())
-            self.description.setText(e.description + notes)
+            drafters = "".join(f"\n· {line}" for line in e.drafter_lines())
+            self.description.setText(e.description + notes + "\nDrafters for this target:" + drafters)
 
     def _set_offline(self, on: bool) -> None:
         self.downloader.offline = on

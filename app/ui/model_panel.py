@@ -1,4 +1,5 @@
-"""Choosing the target and drafter GGUF files, context length and device; load/unload with progress."""
+"""Choosing the target, its drafter (the ones found on disk, or any file) and draft model, context length
+and device; load/unload with progress; after a load, which draft sources are in use and why."""
 
 from __future__ import annotations
 
@@ -20,7 +21,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.errors import FlashDeskError
+from app.hub.catalog import CatalogError, load_catalog
+from app.hub.local_drafters import ROLE_DRAFT_MODEL, DrafterOption, find_drafters
 from app.session.models import DEVICE_CPU, DEVICE_GPU, ModelSpec
+
+_NONE = "none"  # the found-drafters item that clears both fields
 
 
 class ModelPanel(QWidget):
@@ -36,8 +42,28 @@ class ModelPanel(QWidget):
         self.target_edit.setPlaceholderText("target GGUF (Q4_K_M recommended)")
         self.drafter_edit = QLineEdit()
         self.drafter_edit.setPlaceholderText("DFlash drafter GGUF (empty: plain decoding)")
+        self.draft_model_edit = QLineEdit()
+        self.draft_model_edit.setPlaceholderText("classic draft model GGUF, same vocabulary (empty: none)")
         form.addRow("Target", self._with_browse(self.target_edit, "Choose the target model"))
+        # the drafters on disk for this target (its folder, the models folder, the bundled ones), with their
+        # format: picking one fills the field it belongs in, no file dialog
+        self.found_combo = QComboBox()
+        self.found_combo.setObjectName("foundDrafters")
+        self.found_combo.activated.connect(self._use_found)
+        rescan = QPushButton("↻")
+        rescan.setToolTip("Look again for drafters of this target")
+        rescan.clicked.connect(lambda: self.scan_drafters())
+        found = QWidget()
+        h = QHBoxLayout(found)
+        h.setContentsMargins(0, 0, 0, 0)
+        h.addWidget(self.found_combo, 1)
+        h.addWidget(rescan)
+        form.addRow("Found", found)
         form.addRow("Drafter", self._with_browse(self.drafter_edit, "Choose the DFlash drafter"))
+        form.addRow("Draft model", self._with_browse(self.draft_model_edit, "Choose a classic draft model"))
+        self.target_edit.editingFinished.connect(self.scan_drafters)
+        self.drafter_options: list[DrafterOption] = []
+        self._show_options([], "choose a target to find its drafters")
         self.ctx_spin = QSpinBox(minimum=256, maximum=1 << 20, singleStep=1024)
         self.ctx_spin.setValue(4096)
         form.addRow("Context length", self.ctx_spin)
@@ -98,20 +124,66 @@ class ModelPanel(QWidget):
 
     def spec(self) -> ModelSpec:
         return ModelSpec(self.target_edit.text().strip(), self.drafter_edit.text().strip() or None,
-                         self.ctx_spin.value(), self.device_combo.currentData())
+                         self.ctx_spin.value(), self.device_combo.currentData(),
+                         draft_model=self.draft_model_edit.text().strip() or None)
 
     def show_spec(self, spec: ModelSpec) -> None:
         self.target_edit.setText(spec.target)
         self.drafter_edit.setText(spec.drafter or "")
+        self.draft_model_edit.setText(spec.draft_model or "")
         self.ctx_spin.setValue(spec.n_ctx)
         i = self.device_combo.findData(spec.device)
         if i >= 0 and self.device_combo.model().item(i).isEnabled():
             self.device_combo.setCurrentIndex(i)
+        self.scan_drafters()
 
     def fill_pair(self, target: str, drafter: str | None) -> None:
         """Put a pair in the fields (the user presses Load to use it)."""
         self.target_edit.setText(target)
         self.drafter_edit.setText(drafter or "")
+        self.scan_drafters()
+
+    # --- the drafters found on disk ----------------------------------------------------------------------
+    def scan_drafters(self) -> None:
+        """List the drafters on disk for the target in the field (header reads: quick)."""
+        target = self.target_edit.text().strip()
+        if not target:
+            self._show_options([], "choose a target to find its drafters")
+            return
+        try:
+            catalog = load_catalog()
+        except CatalogError:
+            catalog = []
+        try:
+            options = find_drafters(target, catalog=catalog)
+        except (FlashDeskError, OSError) as e:  # an unreadable target: said in the list, nothing offered
+            self._show_options([], f"cannot read the target: {e}")
+            return
+        n = sum(o.usable for o in options)
+        self._show_options(options, f"{n} drafter{'s' if n != 1 else ''} found for this target" if options
+                           else "no drafter found for this target: plain decoding with the context lookup")
+
+    def _show_options(self, options: list[DrafterOption], headline: str) -> None:
+        self.drafter_options = options
+        c = self.found_combo
+        c.clear()
+        c.addItem(headline, None)
+        if options:
+            c.addItem("none: plain decoding with the context lookup", _NONE)
+        for o in options:
+            c.addItem(o.text + (f" · {o.catalog_title}" if o.catalog_title else ""), o)
+            item = c.model().item(c.count() - 1)
+            item.setToolTip(f"{o.path or 'in the target file'}\n{o.why}")
+            item.setEnabled(o.usable and bool(o.path))
+        c.setCurrentIndex(0)
+
+    def _use_found(self, index: int) -> None:
+        o = self.found_combo.itemData(index)
+        if o == _NONE:  # (a str comes back from Qt as a copy)
+            self.drafter_edit.setText("")
+            self.draft_model_edit.setText("")
+        elif isinstance(o, DrafterOption) and o.usable:
+            (self.draft_model_edit if o.role == ROLE_DRAFT_MODEL else self.drafter_edit).setText(o.path)
 
     def show_status(self, text: str) -> None:
         """What is loaded, or what happens next (a split override, a downloaded pair)."""

@@ -28,7 +28,9 @@ def loaded_line(info: ModelInfo) -> str:
 
 
 def loaded_details(info: ModelInfo) -> str:
-    return f"loaded: {info.label}\n{drafter_text(info)}\nprompt format: {info.prompt_format}"
+    """The Model tab's status: the draft sources in use and why, as the engine process said them."""
+    sources = "\n".join(info.draft_sources) if info.draft_sources else drafter_text(info)
+    return f"loaded: {info.label}\n{sources}\nprompt format: {info.prompt_format}"
 
 
 def line_after_failed_load(still_loaded: ModelInfo | None) -> str:

@@ -1,0 +1,62 @@
+"""Which draft sources a load uses, and why: what the Model panel shows after a load (Qt-free).
+
+A drafter file in a format FlashDesk's loop does not drive yet (DFlash2, DSpark, EAGLE-3: see
+gguf_tools.formats' `in_loop`) is left out of the load, which goes on with the target and the
+context lookup and says so, as Unsloth Studio says why it falls back; every other drafter problem
+still refuses the load (check_spec). The lines come from the loaded engine's source registry
+(`Engine.sources`), so a new source shows up here by its name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from app.engine.dflash import Engine
+from app.engine.draft_policy import DFLASH, DRAFT_MODEL, LOOKUP
+from app.errors import FlashDeskError
+from app.session.models import ModelSpec
+from gguf_tools.formats import MTP, draft_format
+from gguf_tools.reader import read_gguf
+
+
+def without_undriven_drafter(spec: ModelSpec) -> tuple[ModelSpec, str | None]:
+    """The spec to load and, when its drafter is left out, the line that says why."""
+    if spec.drafter is None:
+        return spec, None
+    try:
+        fmt = draft_format(read_gguf(spec.drafter))
+    except FlashDeskError:
+        return spec, None  # a missing or damaged file: check_spec names it
+    if fmt.in_loop:
+        return spec, None
+    return replace(spec, drafter=None), (
+        f"{fmt.label} file {Path(spec.drafter).name}: not yet driven by FlashDesk's loop, using the context lookup "
+        f"only (llama-server runs it as {fmt.llama_type})")
+
+
+def draft_source_lines(engine: Engine, spec: ModelSpec, left_out: str | None = None) -> tuple[str, ...]:
+    """What drafts for this load and why, one line each: the sources in the engine's registry, the
+    drafter left out (`left_out`, from without_undriven_drafter) and the target's own MTP heads."""
+    lines = [left_out] if left_out else []
+    names = [n for n in engine.sources if n != LOOKUP]
+    for name in names:
+        if name == DFLASH:
+            lines.append(f"DFlash drafter {Path(spec.drafter or '').name} in use: blocks of {engine.block_size} "
+                         f"(up to {engine.block_size - 1} drafts a step), fed the target's hidden states")
+        elif name == DRAFT_MODEL:
+            lines.append(f"draft model {Path(spec.draft_model or '').name} in use: shares the target's vocabulary "
+                         f"(up to {engine.sources[name].k_max} drafts a step, one pass each)")
+        else:
+            lines.append(f"draft source {name} in use")
+    try:
+        t_fmt = draft_format(read_gguf(spec.target))
+    except FlashDeskError:
+        t_fmt = None
+    if t_fmt is not None and t_fmt.format == MTP and not t_fmt.in_loop:
+        lines.append(f"the target carries MTP heads ({t_fmt.detail}): not yet driven by FlashDesk's loop")
+    if names:
+        lines.append("context lookup: on beside them (drafts copied from the conversation, no model pass)")
+    else:
+        lines.append("no drafter: plain decoding with the context lookup")
+    return tuple(lines)

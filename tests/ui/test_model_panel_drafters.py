@@ -1,0 +1,115 @@
+"""The Model panel offers the drafters on disk for the chosen target (no file dialog) and, after a
+load, shows which draft source is in use and why, as the engine process says it; the Model manager
+lists every drafter the catalog knows per target."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt
+
+from app.bundled import DEFAULT_DRAFTER
+from app.hub.download import Downloader
+from app.session.models import ModelSpec
+from app.ui.model_manager import ModelManagerDialog
+from app.ui.model_panel import ModelPanel
+from gguf_tools.edit import copy_gguf
+from gguf_tools.synth import TinyShape, write_tiny_target
+from tests.ui.conftest import LOAD_TIMEOUT_MS
+
+SELECTOR = {"dflash.selector_top_k": 16, "dflash.selector_rank": 32, "dflash.attention.sliding_window": 2048}
+
+
+@pytest.fixture(autouse=True)
+def empty_models_folder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """The user's real models folder stays out of these tests."""
+    d = tmp_path / "models"
+    d.mkdir()
+    monkeypatch.setenv("FLASHDESK_MODELS_DIR", str(d))
+    return d
+
+
+def _items(panel: ModelPanel) -> list[tuple[str, bool]]:
+    c = panel.found_combo
+    return [(c.itemText(i), c.model().item(i).isEnabled()) for i in range(c.count())]
+
+
+def _pick(qtbot, panel: ModelPanel, words: str) -> None:  # noqa: ANN001
+    """Choose the found drafter whose line has `words`, as a user does in the list."""
+    c = panel.found_combo
+    i = next(i for i in range(c.count()) if words in c.itemText(i))
+    c.setCurrentIndex(i)
+    c.activated.emit(i)
+
+
+def test_the_bundled_drafter_is_offered_for_the_bundled_target(qtbot, gemma_target: Path) -> None:  # noqa: ANN001
+    panel = ModelPanel()
+    qtbot.addWidget(panel)
+    panel.fill_pair(str(gemma_target), None)
+    line = f"{DEFAULT_DRAFTER.name} — DFlash v1 (drafter) · Gemma 3 270M (bundled): drafter"
+    assert (line, True) in _items(panel)
+    assert panel.found_combo.itemText(0).endswith("found for this target")
+    _pick(qtbot, panel, DEFAULT_DRAFTER.name)
+    assert panel.spec().drafter == str(DEFAULT_DRAFTER.resolve()) and panel.spec().draft_model is None
+    _pick(qtbot, panel, "none: plain decoding")
+    assert panel.spec().drafter is None
+
+
+def test_a_draft_model_and_a_dflash2_file_are_offered_by_format(qtbot, tiny_pair, tmp_path: Path) -> None:  # noqa
+    target, v1 = tiny_pair
+    shelf = tmp_path / "shelf"
+    shelf.mkdir()
+    t = Path(copy_gguf(target, shelf / target.name))
+    small = write_tiny_target(shelf / "tiny-small.gguf", "qwen3", TinyShape(n_layer=1), seed=3)
+    copy_gguf(v1, shelf / "tiny-dflash2.gguf", meta=SELECTOR)
+    panel = ModelPanel()
+    qtbot.addWidget(panel)
+    panel.target_edit.setText(str(t))
+    panel.target_edit.editingFinished.emit()
+    assert _items(panel)[1:] == [
+        ("none: plain decoding with the context lookup", True),
+        ("tiny-small.gguf — classic draft model (draft model)", True),
+        ("tiny-dflash2.gguf — DFlash2 (drafter): not driven by FlashDesk yet", False),
+    ]
+    assert "selector" in panel.found_combo.model().item(3).toolTip()
+    _pick(qtbot, panel, "tiny-small.gguf")
+    spec = panel.spec()
+    assert spec.draft_model == str(small.resolve()) and spec.drafter is None
+    panel.target_edit.setText(str(tmp_path / "missing.gguf"))
+    panel.scan_drafters()
+    assert _items(panel) == [(panel.found_combo.itemText(0), True)]
+    assert "cannot read the target" in panel.found_combo.itemText(0) and "no such file" in panel.found_combo.itemText(0)
+
+
+def test_the_panel_shows_which_source_is_in_use_and_why(qtbot, open_window, tiny_spec: ModelSpec,  # noqa: ANN001
+                                                         tmp_path: Path) -> None:
+    v2 = copy_gguf(tiny_spec.drafter, tmp_path / "tiny-dflash2.gguf", meta=SELECTOR)
+    chosen = ModelSpec(tiny_spec.target, str(v2), n_ctx=tiny_spec.n_ctx, n_threads=1)
+    w = open_window(tmp_path / "db.sqlite3", chosen)
+    panel = w.model_panel
+    # loaded without it, and the panel says why (the engine process's words)
+    assert not w.model_info.has_drafter
+    assert ("DFlash2 file tiny-dflash2.gguf: not yet driven by FlashDesk's loop, using the context lookup only "
+            "(llama-server runs it as draft-dflash)\nno drafter: plain decoding with the context lookup"
+            ) in panel.status_label.text()
+    assert panel.drafter_edit.text() == str(v2)  # the user's choice stays in its field
+    # the compatible DFlash drafter next to the target is offered: pick it, load, and the panel says so
+    _pick(qtbot, panel, Path(tiny_spec.drafter).name)
+    qtbot.mouseClick(panel.load_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: w.model_info is not None and w.model_info.has_drafter and not w.loading,
+                    timeout=LOAD_TIMEOUT_MS)
+    assert (f"DFlash drafter {Path(tiny_spec.drafter).name} in use: blocks of 8" in panel.status_label.text())
+    assert "context lookup: on beside them" in panel.status_label.text()
+
+
+def test_the_model_manager_lists_every_drafter_per_target(qtbot, tmp_path: Path) -> None:  # noqa: ANN001
+    dlg = ModelManagerDialog(downloader=Downloader(tmp_path / "models", offline=True))
+    qtbot.addWidget(dlg)
+    dlg.select("qwen3-8b")
+    text = dlg.description.text()
+    assert "Drafters for this target:" in text
+    assert "qwen3-8b-dflash-b16.gguf (z-lab/Qwen3-8B-DFlash-b16): DFlash v1, ~2.10 GB" in text
+    assert "Qwen3 0.6B Q8_0 (classic draft model) (Qwen/Qwen3-0.6B-GGUF): classic draft model" in text
+    dlg.select("qwen3.6-27b")
+    assert "the target's own MTP heads, no second file [unverified:" in dlg.description.text()
