@@ -79,6 +79,7 @@ def test_warm_started_training_starts_from_the_file_and_counts_its_tokens(tmp_pa
     third = tmp_path / "third.gguf"
     assert main([*base, "--out", str(third), "--warm-start", str(first), "--layers", "2"]) == 0
     assert load_drafter_gguf(third, target)[0].c.n_layer == 2
+    assert "1 layer(s) added in front of its 1, copies of the target's" in third.with_suffix(".md").read_text()
     grown = json.loads((work / "ckpt-L2-1-3-warm" / "history.json").read_text())["history"]
     assert grown[0]["loss"] == pytest.approx(cold[-1]["loss"], rel=1e-5)
     with pytest.raises(SystemExit):  # a warm start never drops layers
@@ -152,6 +153,7 @@ def test_bf16_autocast_trains_and_exports_a_drafter_llama_cpp_loads(tmp_path: Pa
                  "--block-lengths", "8", "--block-probs", "1", "--out", str(out)]) == 0
     hist = json.loads((work / "ckpt-L1-1-3" / "history.json").read_text())
     assert hist["config"]["bf16"] and hist["config"]["block_lengths"] == [8]
+    assert "bfloat16 autocast, master weights f32" in out.with_suffix(".md").read_text()
     assert hist["history"][-1]["loss"] < hist["history"][0]["loss"]
     e = Engine(target, out, EngineConfig(n_ctx=512))
     p = e.tokenize("the cat sat on the mat")

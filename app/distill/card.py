@@ -13,8 +13,8 @@ from app.distill.dataset import TEXT_KINDS
 
 def write_card(out_gguf: Path, target: Path, ckpt_dir: Path, data_meta: dict, n_sequences: int,
                n_response_tokens: int, kinds: dict[str, int], train_minutes: float, gen_seconds: float | None,
-               argv: list[str], bench: dict | None = None, warm_start: tuple[str, int] | None = None) -> Path:
-    """warm_start: (the drafter training started from, the labelled tokens it had been trained on)."""
+               argv: list[str], bench: dict | None = None, warm_start: tuple[str, int, int] | None = None) -> Path:
+    """warm_start: (the drafter training started from, the labelled tokens it had been trained on, its layers)."""
     hist = json.loads((ckpt_dir / "history.json").read_text())
     cfg, history = hist["config"], hist["history"]
     last = history[-1]
@@ -49,7 +49,10 @@ def write_card(out_gguf: Path, target: Path, ckpt_dir: Path, data_meta: dict, n_
         "",
         f"- {cfg['n_layer']} Gemma-shaped layers ("
         + (f"trained on from `{warm_start[0]}` ({warm_start[1]:,} labelled tokens before these), its weights and "
-           "draft vocabulary" if warm_start else "initialised from the target's last layers") + "), fc over "
+           "draft vocabulary" + (f"; {cfg['n_layer'] - warm_start[2]} layer(s) added in front of its {warm_start[2]}, "
+                                 "copies of the target's with their residual branches at zero"
+                                 if warm_start[2] < cfg["n_layer"] else "")
+           if warm_start else "initialised from the target's last layers") + "), fc over "
         f"{len(data_meta['tap_layers'])} tapped layers, draft vocabulary {cfg['draft_vocab']} tokens (d2t), "
         f"block size {cfg['block_size']}, mask token = the target's `<mask>`.",
         "",
@@ -57,7 +60,8 @@ def write_card(out_gguf: Path, target: Path, ckpt_dir: Path, data_meta: dict, n_
         "",
         f"- {cfg['epochs']} epochs, {cfg['anchors_per_seq']} random anchors per sequence per epoch, block lengths "
         f"{cfg['block_lengths']} (p={cfg['block_probs']}), AdamW lr {cfg['lr']}, cosine with warm-up, clip "
-        f"{cfg['grad_clip']}, loss weights exp(-(k-1)/{cfg['gamma']}), KL to the target's top-K x {cfg['kl_weight']}.",
+        f"{cfg['grad_clip']}, loss weights exp(-(k-1)/{cfg['gamma']}), KL to the target's top-K x {cfg['kl_weight']}"
+        + ("; bfloat16 autocast, master weights f32." if cfg.get("bf16") else "."),
         f"- Training time: {train_minutes:.0f} min on this machine's CPU (2 cores).",
         "",
         "## Held-out estimates (PyTorch, greedy sequences, block 16)",

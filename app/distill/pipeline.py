@@ -35,7 +35,7 @@ from app.distill.generate import GenConfig, generate_dataset
 from app.distill.offline_text import load_documents, offline_documents, save_documents
 from app.distill.target_weights import TargetWeights
 from app.distill.teacher_forced import LabelConfig, label_text
-from app.distill.train import TrainConfig, build_drafter, grow_layers, train
+from app.distill.train import TrainConfig, bf16_is_fast, build_drafter, grow_layers, train
 from gguf_tools.reader import read_gguf
 
 
@@ -78,7 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-steps", type=int, default=None)
     ap.add_argument("--block-lengths", default="16,8,4", help="block lengths drawn in training (comma list)")
     ap.add_argument("--block-probs", default="0.5,0.3,0.2", help="their probabilities (comma list)")
-    ap.add_argument("--bf16", action="store_true", help="train with bfloat16 autocast (master weights f32)")
+    ap.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None,
+                    help="train with bfloat16 autocast, master weights f32 (default: where the CPU or GPU has "
+                         "bfloat16 instructions; 1.9x faster at the same loss on an AVX-512-BF16 CPU)")
     ap.add_argument("--seed", type=int, default=0, help="the corpus's draw (a new work folder with a new seed: "
                                                          "new prompts for a warm-started run)")
     ap.add_argument("--skip-prompts-of", help="work folders (comma list) whose corpus prompts this run skips: "
@@ -177,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     data = packed_data([sources[x] for x in wanted], packed, taps, say)
     cfg = TrainConfig(n_layer=n_layers, draft_vocab=args.draft_vocab, epochs=args.epochs,
                       anchors_per_seq=args.anchors, lr=args.lr, gamma=args.gamma, kl_weight=args.kl_weight,
-                      max_steps=args.max_steps, bf16=args.bf16,
+                      max_steps=args.max_steps,
+                      bf16=bf16_is_fast(args.device) if args.bf16 is None else args.bf16,
                       block_lengths=[int(x) for x in args.block_lengths.split(",")],
                       block_probs=[float(x) for x in args.block_probs.split(",")],
                       holdout=min(48, max(2, len(data) // 10)), device=args.device)
@@ -215,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     card = write_card(out, target, ckpt, data.meta, len(data), n_data_tokens,
                       dict(Counter(data.kinds.tolist())), float(hist[-1].get("minutes", 0.0)),
                       data.meta.get("generation_seconds"), list(argv if argv is not None else sys.argv[1:]),
-                      warm_start=(Path(args.warm_start).name, prior) if args.warm_start else None)
+                      warm_start=(Path(args.warm_start).name, prior, warm.n_layer) if args.warm_start else None)
     say(f"wrote {card}")
     return 0
 

@@ -61,6 +61,19 @@ class TrainConfig:
     bf16: bool = False  # bfloat16 autocast of the forward pass (AVX-512-BF16 CPUs, GPUs); master weights stay f32
 
 
+def bf16_is_fast(device: str) -> bool:
+    """Whether bfloat16 autocast pays on `device`: a GPU that has it, or a CPU with AVX-512-BF16 or
+    AMX-BF16 instructions (Linux's flags). Measured on a 2-core EPYC with avx512_bf16: 100 warm-started
+    steps in 0.9 min against 1.7 in f32, the same held-out loss to 4 digits (notes, stop 37)."""
+    if device.startswith("cuda"):
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return " avx512_bf16" in flags or " amx_bf16" in flags
+
+
 def bf16_to_tensor(bits: np.ndarray) -> torch.Tensor:
     # np.array copies: memmapped features are read-only
     return torch.from_numpy(np.array(bits).view(np.int16)).view(torch.bfloat16).to(torch.float32)
