@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 SORT_MAX = 4096  # more candidates than this are sorted only as far as top-p needs
 HEAD_FIRST = 64  # the first head of candidates sorted for top-p (then four times longer, as needed)
-BLOCK = 64  # logits per block when finding the largest: a block's max bounds all of them
+BLOCK = 64  # logits per block when finding the largest: a block's max bounds all of them (strided blocks)
 
 
 @dataclass
@@ -224,9 +224,11 @@ def _largest(vals: np.ndarray, m: int, sort: bool = True) -> np.ndarray:
     n = vals.shape[0]
     nb = n // BLOCK
     if 2 * m * BLOCK <= n:  # the blocks leave at most half the row to search
-        maxes = vals[:nb * BLOCK].reshape(nb, BLOCK).max(axis=1)
+        # block j is every nb-th value from j (vals[j], vals[nb + j], ...): their maxes are one
+        # vectorised maximum across BLOCK rows (~20 us), where contiguous blocks' maxes cost ~350 us
+        maxes = vals[:nb * BLOCK].reshape(BLOCK, nb).max(axis=0)
         blocks = np.flatnonzero(maxes >= np.partition(maxes, nb - m)[nb - m])
-        cand = (blocks[:, None] * BLOCK + np.arange(BLOCK)).ravel()
+        cand = (np.arange(BLOCK)[:, None] * nb + blocks).ravel()  # ascending: row by row
         if nb * BLOCK < n:  # the last partial block is always searched
             cand = np.concatenate((cand, np.arange(nb * BLOCK, n)))
     else:
