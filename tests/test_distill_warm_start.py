@@ -89,7 +89,7 @@ def test_warm_started_training_starts_from_the_file_and_counts_its_tokens(tmp_pa
 @pytest.mark.parametrize("arch", ["gemma3", "qwen3"])
 def test_a_grown_drafter_computes_what_it_grew_from_and_its_new_layer_learns(arch: str, tmp_path: Path) -> None:
     from app.distill.target_weights import TargetWeights
-    from app.distill.train import grow_layers
+    from app.distill.train import TrainConfig, grow_layers, param_groups
 
     target = write_tiny_target(tmp_path / "t.gguf", arch, TinyShape(n_layer=4), seed=3)
     model = _random_drafter(target, gemma=arch == "gemma3")
@@ -111,6 +111,11 @@ def test_a_grown_drafter_computes_what_it_grew_from_and_its_new_layer_learns(arc
         grown(feats, anchors, tokens).logsumexp(-1).mean().backward()
         opt.step()
     assert not torch.allclose(grown(feats, anchors, tokens), want, atol=1e-3)
+    # the grown layer may learn at its own rate: its parameters, and only they, in a group of their own
+    groups = param_groups(grown, TrainConfig(n_layer=3, lr=1e-4, new_layers=1, new_layer_lr=1e-3))
+    assert [g.get("lr") for g in groups] == [None, 1e-3]
+    assert {id(p) for p in groups[1]["params"]} == {id(p) for p in grown.layers[0].parameters()}
+    assert len(param_groups(grown, TrainConfig(n_layer=3, new_layers=1))) == 1
     assert grown.layers[0].wq.weight.grad is not None and grown.layers[0].wq.weight.grad.abs().sum() > 0
 
 

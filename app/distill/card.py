@@ -59,7 +59,9 @@ def write_card(out_gguf: Path, target: Path, ckpt_dir: Path, data_meta: dict, n_
         "## Training",
         "",
         f"- {cfg['epochs']} epochs, {cfg['anchors_per_seq']} random anchors per sequence per epoch, block lengths "
-        f"{cfg['block_lengths']} (p={cfg['block_probs']}), AdamW lr {cfg['lr']}, cosine with warm-up, clip "
+        f"{cfg['block_lengths']} (p={cfg['block_probs']}), AdamW lr {cfg['lr']}"
+        + (f" (the {cfg['new_layers']} grown layer(s) at {cfg['new_layer_lr']})"
+           if cfg.get("new_layers") and cfg.get("new_layer_lr") else "") + ", cosine with warm-up, clip "
         f"{cfg['grad_clip']}, loss weights exp(-(k-1)/{cfg['gamma']}), KL to the target's top-K x {cfg['kl_weight']}"
         + ("; bfloat16 autocast, master weights f32." if cfg.get("bf16") else "."),
         f"- Training time: {train_minutes:.0f} min on this machine's CPU (2 cores).",

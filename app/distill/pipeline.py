@@ -69,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--layers", type=int, default=None,
                     help="drafter layers (with --warm-start, more than the file has adds layers in front that "
                          "start as no-ops)")
+    ap.add_argument("--new-layer-lr", type=float, default=None,
+                    help="with --layers growing a warm start: the new layers' learning rate (default: --lr)")
     ap.add_argument("--draft-vocab", type=int, default=16384)
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--anchors", type=int, default=24, help="anchors per sequence per step")
@@ -179,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     data = packed_data([sources[x] for x in wanted], packed, taps, say)
     cfg = TrainConfig(n_layer=n_layers, draft_vocab=args.draft_vocab, epochs=args.epochs,
                       anchors_per_seq=args.anchors, lr=args.lr, gamma=args.gamma, kl_weight=args.kl_weight,
-                      max_steps=args.max_steps,
+                      max_steps=args.max_steps, new_layer_lr=args.new_layer_lr,
                       bf16=bf16_is_fast(args.device) if args.bf16 is None else args.bf16,
                       block_lengths=[int(x) for x in args.block_lengths.split(",")],
                       block_probs=[float(x) for x in args.block_probs.split(",")],
@@ -194,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"{args.warm_start} reads taps {model.c.target_layers}, not --taps {args.taps}")
         if args.layers and args.layers < model.c.n_layer:
             ap.error(f"{args.warm_start} has {model.c.n_layer} layers: --layers {args.layers} cannot drop any")
+        cfg.new_layers = n_layers - model.c.n_layer
         model = grow_layers(model, n_layers, TargetWeights(target), info.n_layer)
         cfg.n_layer, cfg.draft_vocab = model.c.n_layer, len(model.d2t)
     else:

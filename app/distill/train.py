@@ -59,6 +59,10 @@ class TrainConfig:
     threads: int = 0
     device: str = "cpu"  # torch device: cpu or cuda
     bf16: bool = False  # bfloat16 autocast of the forward pass (AVX-512-BF16 CPUs, GPUs); master weights stay f32
+    # layers grown in front of a warm start (grow_layers) learn at their own rate: their branches start
+    # at zero, and at the warm start's small lr one epoch barely opens them (stop 37)
+    new_layers: int = 0
+    new_layer_lr: float | None = None
 
 
 def bf16_is_fast(device: str) -> bool:
@@ -284,6 +288,16 @@ def evaluate(model: Drafter, data: DistillData, idx: list[int], cfg: TrainConfig
             "accept_rate_by_pos": np.round(acc_pos / np.maximum(n_pos, 1), 4).tolist()}
 
 
+def param_groups(model: Drafter, cfg: TrainConfig) -> list[dict]:
+    """The optimizer's groups: the grown layers (the first cfg.new_layers) at new_layer_lr, the rest at lr
+    (one schedule scales both)."""
+    new = {id(p) for layer in model.layers[:cfg.new_layers] for p in layer.parameters() if p.requires_grad}
+    if not new or cfg.new_layer_lr is None:
+        return [{"params": [p for p in model.parameters() if p.requires_grad]}]
+    return [{"params": [p for p in model.parameters() if p.requires_grad and id(p) not in new]},
+            {"params": [p for p in model.parameters() if id(p) in new], "lr": cfg.new_layer_lr}]
+
+
 def train(model: Drafter, data: DistillData, cfg: TrainConfig, ckpt_dir: Path,
           progress: Callable[[str], None] = print) -> dict:
     """Train (resuming from ckpt_dir/last.pt if present); returns the history."""
@@ -301,7 +315,7 @@ def train(model: Drafter, data: DistillData, cfg: TrainConfig, ckpt_dir: Path,
     if cfg.max_steps:
         total = min(total, cfg.max_steps)
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
+    opt = torch.optim.AdamW(param_groups(model, cfg), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
     warm = max(1, int(total * cfg.warmup_frac))
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / max(1, total)))))
