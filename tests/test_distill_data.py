@@ -163,7 +163,7 @@ def test_a_chunk_ends_on_time(target: Path, tmp_path: Path) -> None:
     assert res["documents_done"] == 0 and res["windows"] == 0
 
 
-def test_text_labels_train_on_the_targets_choice_not_the_texts_next_token() -> None:
+def test_text_and_argmax_reply_labels_are_the_targets_choice_not_the_next_token() -> None:
     class _Model:  # what make_batch reads of a drafter: its mask token and draft vocabulary map
         class c:
             mask_token_id = 0
@@ -172,11 +172,14 @@ def test_text_labels_train_on_the_targets_choice_not_the_texts_next_token() -> N
     tokens = np.arange(10, 30)
     choice = (tokens[1:] + 50) % 100  # the target would have written other tokens
     topk = np.stack([choice, choice], 1)
-    for kind, want in (("code", tokens), (TEXT_KINDS[0], np.concatenate([[tokens[0]], choice]))):
+    argmax = np.concatenate([[tokens[0]], choice])
+    # a sampled reply's own tokens by default, the target's argmax with argmax_labels; offline text: always argmax
+    for kind, argmax_labels, want in (("code", False, tokens), ("code", True, argmax), (TEXT_KINDS[0], False, argmax)):
         seq = Sequence(0, kind, False, tokens, 1, np.zeros((19, 4), np.uint16), topk, topk.astype(np.float16))
-        b = make_batch(seq, _Model(), 4, 4, np.random.default_rng(0))
+        b = make_batch(seq, _Model(), 4, 4, np.random.default_rng(0), argmax_labels=argmax_labels)
         a = b["anchors"].numpy()
-        assert np.array_equal(b["labels"][:, 0].numpy(), want[a + 1]), kind
+        assert np.array_equal(b["labels"][:, 0].numpy(), want[a + 1]), (kind, argmax_labels)
+        assert np.array_equal(b["labels"][:, 2].numpy(), want[a + 3]), (kind, argmax_labels)
 
 
 @pytest.mark.skipif(not Path("/usr/bin/man").exists() or not man_pages(), reason="no man(1) or man pages here")

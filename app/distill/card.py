@@ -63,6 +63,7 @@ def write_card(out_gguf: Path, target: Path, ckpt_dir: Path, data_meta: dict, n_
         + (f" (the {cfg['new_layers']} grown layer(s) at {cfg['new_layer_lr']})"
            if cfg.get("new_layers") and cfg.get("new_layer_lr") else "") + ", cosine with warm-up, clip "
         f"{cfg['grad_clip']}, loss weights exp(-(k-1)/{cfg['gamma']}), KL to the target's top-K x {cfg['kl_weight']}"
+        + ("; hard labels: the target's argmax at every reply position" if cfg.get("reply_labels") == "argmax" else "")
         + ("; bfloat16 autocast, master weights f32." if cfg.get("bf16") else "."),
         f"- Training time: {train_minutes:.0f} min on this machine's CPU (2 cores).",
         "",

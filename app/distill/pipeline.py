@@ -77,6 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lr", type=float, default=4e-4)
     ap.add_argument("--gamma", type=float, default=7.0)
     ap.add_argument("--kl-weight", type=float, default=0.5)
+    ap.add_argument("--reply-labels", choices=["tokens", "argmax"], default="tokens",
+                    help="a reply position's hard label: the reply's own next token (sampled in a sampled reply) "
+                         "or the target's argmax there (what a greedy verifier accepts)")
     ap.add_argument("--max-steps", type=int, default=None)
     ap.add_argument("--block-lengths", default="16,8,4", help="block lengths drawn in training (comma list)")
     ap.add_argument("--block-probs", default="0.5,0.3,0.2", help="their probabilities (comma list)")
@@ -181,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     data = packed_data([sources[x] for x in wanted], packed, taps, say)
     cfg = TrainConfig(n_layer=n_layers, draft_vocab=args.draft_vocab, epochs=args.epochs,
                       anchors_per_seq=args.anchors, lr=args.lr, gamma=args.gamma, kl_weight=args.kl_weight,
+                      reply_labels=args.reply_labels,
                       max_steps=args.max_steps, new_layer_lr=args.new_layer_lr,
                       bf16=bf16_is_fast(args.device) if args.bf16 is None else args.bf16,
                       block_lengths=[int(x) for x in args.block_lengths.split(",")],

@@ -63,6 +63,10 @@ class TrainConfig:
     # at zero, and at the warm start's small lr one epoch barely opens them (stop 37)
     new_layers: int = 0
     new_layer_lr: float | None = None
+    # the hard label of a reply position: "tokens", the reply's own next token (a sample, in a sampled
+    # reply: 22% of them are not the target's argmax in stop 37's data), or "argmax", the target's
+    # greedy pick after that prefix, what a greedy verifier accepts (the soft KL labels are the same)
+    reply_labels: str = "tokens"
 
 
 def bf16_is_fast(device: str) -> bool:
@@ -185,8 +189,9 @@ def _t2d_cpu(model: Drafter) -> np.ndarray:
 
 
 def make_batch(seq: Sequence, model: Drafter, n_anchor: int, block: int, rng: np.random.Generator,
-               all_anchors: bool = False) -> dict | None:
-    """Anchors, block tokens, hard labels (draft ids, -100 = ignore) and soft-label rows."""
+               all_anchors: bool = False, argmax_labels: bool = False) -> dict | None:
+    """Anchors, block tokens, hard labels (draft ids, -100 = ignore) and soft-label rows. The labels of
+    offline text are always the target's argmax; a reply's are with `argmax_labels` (TrainConfig.reply_labels)."""
     L = len(seq.tokens)
     lo, hi = seq.n_prompt - 1, L - 2  # anchors: the last prompt token .. the second-to-last token
     if hi < lo:
@@ -198,9 +203,10 @@ def make_batch(seq: Sequence, model: Drafter, n_anchor: int, block: int, rng: np
     pos = anchors[:, None] + np.arange(1, block)[None, :]  # positions the block predicts
     valid = pos <= L - 1
     resp_row = np.where(valid, pos - seq.n_prompt, -1)  # topk row predicting that position
-    if seq.kind in TEXT_KINDS:
-        # offline text: the label is what the target would write after that prefix (its argmax), not the
-        # text's own next token; a block past the first mismatch is still conditioned on the real text
+    if seq.kind in TEXT_KINDS or argmax_labels:
+        # offline text (or a sampled reply): the label is what the target would write after that prefix
+        # (its argmax), not the text's own next token; a block past the first mismatch is still
+        # conditioned on the real text (a greedy reply's argmax is its next token: the same labels)
         tgt = np.where(valid, seq.topk_ids[np.maximum(resp_row, 0), 0], 0)
     else:
         tgt = np.where(valid, seq.tokens[np.minimum(pos, L - 1)], 0)
@@ -258,7 +264,8 @@ def evaluate(model: Drafter, data: DistillData, idx: list[int], cfg: TrainConfig
     n_pos = np.zeros(cfg.block_size - 1)
     for i in idx:
         seq = data[i]
-        b = make_batch(seq, model, 10_000, cfg.block_size, rng, all_anchors=True)
+        b = make_batch(seq, model, 10_000, cfg.block_size, rng, all_anchors=True,
+                       argmax_labels=cfg.reply_labels == "argmax")
         if b is None:
             continue
         loss, _ = block_loss(model, seq, b, cfg)
@@ -354,7 +361,8 @@ def train(model: Drafter, data: DistillData, cfg: TrainConfig, ckpt_dir: Path,
             for i in perm[s0:s0 + cfg.seqs_per_step]:
                 seq = data[int(i)]
                 block = int(rng.choice(cfg.block_lengths, p=cfg.block_probs))
-                b = make_batch(seq, model, cfg.anchors_per_seq, block, rng)
+                b = make_batch(seq, model, cfg.anchors_per_seq, block, rng,
+                               argmax_labels=cfg.reply_labels == "argmax")
                 if b is None:
                     continue
                 with torch.autocast(cfg.device.split(":")[0], dtype=torch.bfloat16, enabled=cfg.bf16):
