@@ -23,14 +23,16 @@ def test_the_line_is_parsed_as_the_app_prints_it() -> None:
     assert first_reply.parse_line("[3 tokens, 5.0 tok/s, tau 1.00, length]")["speedup_printed"] is None
     with pytest.raises(ValueError):
         first_reply.parse_line("no line here")
+    assert first_reply.parse_plain_after(out + "[plain after: 97.5 tok/s]\n") == 97.5
+    assert first_reply.parse_plain_after(out) is None
 
 
 @pytest.mark.slow
 def test_one_run_on_a_tiny_budget_writes_a_truthful_line(tmp_path: Path) -> None:
     """One fresh headless reply of 8 tokens on the bundled pair and one plain: the JSON holds both lines,
     the printed ratio is the printed tokens/s over the printed baseline, and it is within the
-    tolerance of the ratio measured against the plain process (a wide one: this machine is shared;
-    the lead's quiet run uses 10%)."""
+    tolerance of the ratio measured against plain in the same process after the reply (a wide one: this
+    machine is shared; the lead's quiet run uses 10%)."""
     out = tmp_path / "first-reply.json"
     assert first_reply.main(["--runs", "1", "--max-tokens", "8", "--tolerance", "0.5", "--json", str(out)]) == 0
     d = json.loads(out.read_text())
@@ -41,5 +43,7 @@ def test_one_run_on_a_tiny_budget_writes_a_truthful_line(tmp_path: Path) -> None
     tps, base = spec["tokens_per_s"], spec["baseline_printed"]  # printed to 0.1 tok/s, the ratio to 0.01
     assert spec["speedup_printed"] == pytest.approx(tps / base, abs=0.005 + tps / base * (0.05 / tps + 0.05 / base))
     assert run["speedup_measured"] == pytest.approx(spec["tokens_per_s"] / plain["tokens_per_s"], rel=1e-3)
+    after = spec["plain_after_tokens_per_s"]  # plain again in the speculative process, after its reply
+    assert after and run["speedup_same_process"] == pytest.approx(tps / after, rel=1e-3)
     assert run["truthful"] and d["all_truthful"], run
     assert d["median_speedup_measured"] == run["speedup_measured"]

@@ -32,6 +32,10 @@ def test_headless_run_streams_a_reply_with_its_stats(tiny_spec):
     text = out.getvalue()
     assert "no display found" in text and "User: hello there\nAssistant:" in text
     assert "tok/s" in text and "tau" in text and "measured" in text
+    assert "[plain after:" not in text
+    out = io.StringIO()  # the same-process check scripts/first_reply.py asks for
+    assert run_headless(out, prompt="hello there", max_tokens=12, spec=tiny_spec, plain_after=True) == 0
+    assert out.getvalue().rstrip().splitlines()[-1].startswith("[plain after: ")
 
 
 @pytest.mark.gemma
