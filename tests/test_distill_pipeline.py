@@ -12,7 +12,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from app.distill.corpus import CorpusPrompt, HumanEvalGuard, build_corpus, save_corpus, without_prompts_of  # noqa: E402
+from app.distill.corpus import (  # noqa: E402
+    CorpusPrompt,
+    HumanEvalGuard,
+    build_corpus,
+    letters_and_stories,
+    save_corpus,
+    without_prompts_of,
+)
 from app.distill.dataset import DistillData, pack  # noqa: E402
 from app.distill.export import export_gguf  # noqa: E402
 from app.distill.generate import GenConfig, generate_dataset  # noqa: E402
@@ -84,8 +91,17 @@ def test_corpus_has_no_humaneval_prompt() -> None:
         assert not guard.overlaps(c.text), c.id
         assert not any(f"def {name}(" in c.text for name in entry), c.id
     kinds = {c.kind for c in corpus}
-    assert {"code", "explain", "math", "summary", "multilingual"} <= kinds
+    assert {"code", "explain", "math", "summary", "multilingual", "email", "story"} <= kinds
     assert np.mean([c.format == "raw" for c in corpus]) > 0.5
+
+
+def test_each_seed_draws_new_emails_and_stories() -> None:
+    """The fixed chat lists are the same in every draw (a later session's --skip-prompts-of removes them);
+    emails, stories and other-language stories are drawn from spaces large enough for new ones per seed."""
+    a, b = letters_and_stories(random.Random(1), 600), letters_and_stories(random.Random(2), 600)
+    assert len(a) == 600 and len(set(a)) == 600
+    assert {k for k, _ in a} == {"email", "story", "multilingual"}
+    assert len(set(a) & set(b)) < 0.5 * len(a)  # a fixed list would share all 600
 
 
 def test_distill_command_trains_exports_and_writes_a_card(tmp_path: Path) -> None:

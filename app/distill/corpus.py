@@ -33,7 +33,7 @@ from app.documents.answer import Source, conversation_renderer, source_block
 @dataclass(frozen=True)
 class CorpusPrompt:
     id: str
-    kind: str  # code | explain | math | list | summary | multilingual | docqa
+    kind: str  # code | explain | math | list | summary | multilingual | email | story | docqa
     text: str  # what the target sees (already formatted)
     format: str  # raw | chat
 
@@ -212,6 +212,89 @@ _ML = {
 }
 
 
+# Emails, stories and stories in other languages, drawn from a space of combinations (960, 588 and 960
+# prompts) so that every seed draws new ones: the fixed lists above are the same in every draw, so a
+# later session's `--skip-prompts-of` left it nearly none (stop 38's corpus: 18 lists, 111 math, 114
+# multilingual of 2,491 prompts), and the bench's weakest categories (emails, stories, other
+# languages) were the kinds the drafter had seen least.
+_EMAIL = (("a short", "a polite", "a friendly", "a formal", "a brief"),
+          ("a colleague", "my manager", "a customer", "a client", "my landlord", "the school", "a supplier",
+           "my neighbour", "the city council", "a hotel", "my bank", "a former teacher"),
+          ("asking to move our meeting to next week", "explaining why a payment is late",
+           "asking for a refund for a broken kettle", "confirming a booking for two nights",
+           "thanking them for their help with a move", "asking for a day off on Monday",
+           "complaining about noise at night", "requesting a copy of an invoice", "announcing a new opening time",
+           "asking for advice about a job application", "apologising for missing a call",
+           "following up on an unanswered question", "asking whether a parcel has been sent",
+           "inviting them to a small farewell party", "reporting a leaking pipe in the kitchen",
+           "asking for a letter of recommendation"))
+_STORY = (("Write a short story about {c} who {e}.", "Tell a bedtime story about {c} who {e}.",
+           "Write a funny story about {c} who {e}."),
+          ("a retired sailor", "a shy librarian", "a young inventor", "an old gardener", "a street musician",
+           "a lonely astronaut", "a clever fox", "a baker who cannot sleep", "a night-shift nurse",
+           "a boy with a paper kite", "a grumpy cat", "a travelling painter", "a village doctor", "a lost penguin"),
+          ("finds a key that opens every door", "must cross a frozen river", "hears a song nobody else can hear",
+           "receives a parcel with no sender", "swaps lives with a stranger for a day",
+           "tries to win a baking contest", "discovers a hidden staircase", "loses their memory on a train",
+           "meets a talking tree", "has one day to save the town fair", "builds a boat from old doors",
+           "follows a trail of blue feathers", "wakes up a hundred years later", "teaches a robot to laugh"))
+# per language: two story requests, ten subjects (in the case the request takes), eight settings
+_ML_STORY = {
+    "de": (("Erzähl eine kurze Geschichte über {s} {p}.", "Schreib ein Märchen über {s} {p}."),
+           ("einen alten Uhrmacher", "eine mutige Ärztin", "ein kleines Segelboot", "einen verschwundenen Hund",
+            "eine vergessene Bibliothek", "einen Bauern und seinen Esel", "zwei Schwestern auf Reisen",
+            "einen Koch ohne Geschmackssinn", "eine Stadt ohne Strom", "einen träumenden Roboter"),
+           ("in Hamburg", "in den Alpen", "am Meer", "in einem kleinen Dorf", "im Jahr 1900", "auf dem Mond",
+            "im Winter", "in einer Bäckerei")),
+    "fr": (("Écris une courte histoire sur {s} {p}.", "Raconte un conte sur {s} {p}."),
+           ("un vieil horloger", "une médecin courageuse", "un petit voilier", "un chien disparu",
+            "une bibliothèque oubliée", "un fermier et son âne", "deux sœurs en voyage", "un cuisinier sans goût",
+            "une ville sans électricité", "un robot qui rêve"),
+           ("à Marseille", "dans les Alpes", "au bord de la mer", "dans un petit village", "en 1900",
+            "sur la Lune", "en hiver", "dans une boulangerie")),
+    "es": (("Escribe una historia corta sobre {s} {p}.", "Cuenta un cuento sobre {s} {p}."),
+           ("un viejo relojero", "una médica valiente", "un pequeño velero", "un perro desaparecido",
+            "una biblioteca olvidada", "un granjero y su burro", "dos hermanas de viaje", "un cocinero sin gusto",
+            "una ciudad sin electricidad", "un robot que sueña"),
+           ("en Sevilla", "en los Andes", "junto al mar", "en un pueblo pequeño", "en el año 1900", "en la Luna",
+            "en invierno", "en una panadería")),
+    "it": (("Scrivi una breve storia su {s} {p}.", "Racconta una fiaba su {s} {p}."),
+           ("un vecchio orologiaio", "una dottoressa coraggiosa", "una piccola barca a vela", "un cane scomparso",
+            "una biblioteca dimenticata", "un contadino e il suo asino", "due sorelle in viaggio",
+            "un cuoco senza gusto", "una città senza elettricità", "un robot che sogna"),
+           ("a Napoli", "sulle Alpi", "al mare", "in un piccolo paese", "nel 1900", "sulla Luna", "d'inverno",
+            "in una panetteria")),
+    "pt": (("Escreva uma história curta sobre {s} {p}.", "Conte um conto sobre {s} {p}."),
+           ("um velho relojoeiro", "uma médica corajosa", "um pequeno veleiro", "um cão desaparecido",
+            "uma biblioteca esquecida", "um agricultor e o seu burro", "duas irmãs em viagem",
+            "um cozinheiro sem paladar", "uma cidade sem eletricidade", "um robô que sonha"),
+           ("em Lisboa", "nas montanhas", "à beira-mar", "numa pequena aldeia", "em 1900", "na Lua", "no inverno",
+            "numa padaria")),
+    "nl": (("Schrijf een kort verhaal over {s} {p}.", "Vertel een sprookje over {s} {p}."),
+           ("een oude klokkenmaker", "een dappere dokter", "een kleine zeilboot", "een verdwenen hond",
+            "een vergeten bibliotheek", "een boer en zijn ezel", "twee zussen op reis", "een kok zonder smaak",
+            "een stad zonder stroom", "een robot die droomt"),
+           ("in Amsterdam", "in de bergen", "aan zee", "in een klein dorp", "in het jaar 1900", "op de maan",
+            "in de winter", "in een bakkerij")),
+}
+
+
+def letters_and_stories(rng: random.Random, n: int) -> list[tuple[str, str]]:
+    """About n/3 each of emails, stories and stories in six other languages (kind, request), drawn
+    without repeats from their spaces of combinations."""
+    tones, whom, why = _EMAIL
+    emails = [f"Write {t} email to {w} {y}." for t in tones for w in whom for y in why]
+    templates, chars, events = _STORY
+    stories = [t.format(c=c, e=e) for t in templates for c in chars for e in events]
+    other = [t.format(s=s_, p=p_) for templates_, subs, places in _ML_STORY.values()
+             for t in templates_ for s_ in subs for p_ in places]
+    out: list[tuple[str, str]] = []
+    for kind, space, k in (("email", emails, n // 3), ("story", stories, n // 3),
+                           ("multilingual", other, n - 2 * (n // 3))):
+        out += [(kind, text) for text in rng.sample(space, min(k, len(space)))]
+    return out
+
+
 def _chat(text: str) -> str:
     return render_plain([ChatMessage("user", text)])
 
@@ -310,6 +393,7 @@ def build_corpus(n_code: int = 1200, n_chat: int = 800, n_docs: int = 0, seed: i
         for t in rng.sample(_LIST_THINGS, 4):
             chat.append(("multilingual", li.format(t=t)))
         chat.append(("multilingual", ma.format(a=rng.randint(3, 90), b=rng.randint(2, 30))))
+    chat += letters_and_stories(rng, n_chat // 2)
     rng.shuffle(chat)
     more, asks = offline_prompts(rng, max(0, n_chat - len(chat)), n_docs)
     chat += more
