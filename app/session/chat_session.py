@@ -195,7 +195,10 @@ def _mark(store: Store, msg_id: int, status: str, error: str) -> None:
         try:  # the error text needs room the database has not: the status alone is a few bytes
             store.update_message(msg_id, status=status)
         except StoreError:
-            pass
+            try:  # a full page has not even those: drop the reply's stats (its text stays) so the row shrinks
+                store.update_message(msg_id, status=status, stats={})
+            except StoreError:
+                pass
 
 
 def _mark_cited(sources: list[dict], answer: str) -> list[dict]:
