@@ -60,6 +60,14 @@ def test_tiny_distillation_lowers_loss_and_exports_a_working_drafter(tmp_path: P
     assert again["step"] == state["step"] and len(again["history"]) == len(hist)
     with pytest.raises(ValueError, match=r"another training run \(lr 0.003 -> 0.001\)"):
         train(model, data, replace(cfg, lr=1e-3), tmp_path / "ckpt", progress=lambda m: None)
+    # a checkpoint written before a setting existed resumes: the setting counts at its default
+    last = tmp_path / "ckpt" / "last.pt"
+    ck = torch.load(last, weights_only=False)
+    del ck["train_config"]["reply_labels"]
+    torch.save(ck, last)
+    assert train(model, data, cfg, tmp_path / "ckpt", progress=lambda m: None)["step"] == state["step"]
+    with pytest.raises(ValueError, match=r"another training run \(reply_labels tokens -> argmax\)"):
+        train(model, data, replace(cfg, reply_labels="argmax"), tmp_path / "ckpt", progress=lambda m: None)
 
     out = export_gguf(model, target, tmp_path / "drafter.gguf")
     info = read_gguf(out)

@@ -335,7 +335,9 @@ def train(model: Drafter, data: DistillData, cfg: TrainConfig, ckpt_dir: Path,
                              f"use a new checkpoint folder")
         # a resumed run is the same run: another lr, epoch count or block mix would continue a
         # schedule made for different settings (the device may change: a run moved to a GPU)
-        was = {k: v for k, v in ck.get("train_config", {}).items() if k != "device"}
+        # a setting added since the checkpoint was written counts at its default (the run that made it)
+        made = ck.get("train_config", {})
+        was = {k: v for k, v in (asdict(TrainConfig()) | made).items() if k != "device"} if made else {}
         now = {k: v for k, v in asdict(cfg).items() if k != "device"}
         if was and was != now:
             diff = ", ".join(f"{k} {was.get(k)} -> {now.get(k)}" for k in sorted(now) if was.get(k) != now.get(k))
