@@ -189,16 +189,14 @@ class ChatSession:
 def _mark(store: Store, msg_id: int, status: str, error: str) -> None:
     """Set how a reply ended, if the store can still take a write; if not (the disk is still full) the row
     stays 'streaming' and the next start marks it interrupted (Store.recover_interrupted)."""
-    try:
-        store.update_message(msg_id, status=status, error=error or None)
-    except StoreError:
-        try:  # the error text needs room the database has not: the status alone is a few bytes
-            store.update_message(msg_id, status=status)
+    # each try needs less room: the error text may not fit, then not even the status on a full page,
+    # where dropping the reply's stats (its text stays) shrinks the row
+    for fields in ({"error": error or None}, {}, {"stats": {}}):
+        try:
+            store.update_message(msg_id, status=status, **fields)
+            return
         except StoreError:
-            try:  # a full page has not even those: drop the reply's stats (its text stays) so the row shrinks
-                store.update_message(msg_id, status=status, stats={})
-            except StoreError:
-                pass
+            continue
 
 
 def _mark_cited(sources: list[dict], answer: str) -> list[dict]:
