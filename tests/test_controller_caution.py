@@ -14,11 +14,11 @@ import pytest
 
 from app.chat.format import ChatMessage, prompt_format_of
 from app.engine.calibration import CostModel
-from app.engine.controller import CAUTION, REPLY_KEEP, DraftController
+from app.engine.controller import CAUTION, LOOKUP_TRUST_WEIGHT, REPLY_KEEP, DraftController
 from app.engine.dflash import Engine, EngineConfig
 from app.engine.draft_policy import DFLASH, LOOKUP, PLAIN, Choice, StepInfo, StepTiming
 from app.engine.events import Completion
-from app.engine.lookup import LookupMatch
+from app.engine.lookup import AGREED, ONCE, LookupMatch
 from app.engine.params import GenerationParams
 
 LONG = 3800  # cache cells: the issue's 0.78x prompt
@@ -103,6 +103,45 @@ def test_a_proven_source_still_drafts_long_at_a_short_context() -> None:
             p.observe(c, c.k, StepTiming())
         ks[caution] = p.choose(step)
     assert ks[CAUTION] == ks[0.0] and ks[CAUTION].k >= 6 and ks[CAUTION].source == LOOKUP
+
+
+def _failing_lookup_steps(policy: DraftController, steps: int, n_past: int) -> tuple[int, float]:
+    """(lookup steps drafted, modelled speedup) of `steps` steps whose lookup matches change length
+    and agreement every step (each lands in another of the controller's per-match models) and whose
+    drafts all fail: a document the lookup keeps matching and the answer never copies."""
+    cost, drafted, t, plain_t = policy.cost, 0, 0.0, 0.0
+    for i in range(steps):
+        match = LookupMatch(1 + i % 6, (5, 6, 7, 8), agreement=(ONCE, AGREED)[(i // 6) % 2])
+        c = policy.choose(StepInfo(match, False, 0, i == 0, n_past + i))
+        drafted += c.k > 0
+        t += float(cost.step_times(False, np.ones(c.k + 1), policy._last_n, False, n_past + i)[c.k])
+        plain_t += float(cost.step_times(False, np.ones(1), 1, False, n_past + i)[0])
+        policy.observe(c, 0, StepTiming())
+    return drafted, plain_t / t
+
+
+def test_a_lookup_whose_matches_keep_failing_stops_drafting_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """35 steps at 8,000 cells, every match a different length or agreement, every draft failing (the
+    done-when run's 35-token answer: 20 lookup steps, 2 passed): the lookup's record in the text
+    (first drafts passed against expected) scales down what each untried model expects, so it
+    drafts far less than with the record ignored (a trust weight so large it never moves)."""
+    runs = {}
+    for weight in (LOOKUP_TRUST_WEIGHT, 1e9):
+        monkeypatch.setattr("app.engine.controller.LOOKUP_TRUST_WEIGHT", weight)
+        p = DraftController(measured_costs(), (LOOKUP,), refresh_costs=False)
+        runs[weight] = _failing_lookup_steps(p, 35, 8000)
+    (drafted, speed), (drafted_blind, speed_blind) = runs[LOOKUP_TRUST_WEIGHT], runs[1e9]
+    assert drafted <= drafted_blind // 2, runs
+    assert speed > speed_blind + 0.05, runs
+
+
+def test_a_lookup_that_passes_as_expected_keeps_its_full_trust() -> None:
+    p = DraftController(measured_costs(), (LOOKUP,), refresh_costs=False)
+    step = StepInfo(LookupMatch(4, (5, 6, 7)), False, 0, False, 300)
+    for _ in range(20):
+        c = p.choose(step)
+        p.observe(c, c.k, StepTiming())
+    assert p.lookup_trust == 1.0
 
 
 def test_a_new_reply_weighs_the_last_replys_steps_less() -> None:

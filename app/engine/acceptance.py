@@ -32,11 +32,14 @@ class AcceptanceModel:
             p[j] = q
         return np.clip(p, 0.0, 0.999)
 
-    def expected(self) -> np.ndarray:
-        """E(k) for k = 0..k_max."""
-        return np.concatenate(([1.0], 1.0 + np.cumsum(np.cumprod(self.p))))
+    def expected(self, first: float = 1.0) -> np.ndarray:
+        """E(k) for k = 0..k_max; `first` scales the first draft's acceptance (a source's record in
+        this text, when it falls short of what this model expects)."""
+        p = self.p
+        p[:1] *= first
+        return np.concatenate(([1.0], 1.0 + np.cumsum(np.cumprod(p))))
 
-    def expected_cautious(self, z: float) -> np.ndarray:
+    def expected_cautious(self, z: float, first: float = 1.0) -> np.ndarray:
         """E(k) for k = 0..k_max with each p[j] taken z standard errors low (a Beta posterior's over
         the decayed steps behind it and the prior's pseudo-counts): what a draft is worth while few
         steps back the estimate. A position never reached (a new model, a new reply) counts the
@@ -44,6 +47,7 @@ class AcceptanceModel:
         p = self.p
         n = self.tried + self.prior_weight
         low = np.clip(p - z * np.sqrt(p * (1.0 - p) / (n + 1.0)), 0.0, 0.999)
+        low[:1] *= first
         return np.concatenate(([1.0], 1.0 + np.cumsum(np.cumprod(low))))
 
     def forget(self, keep: float) -> None:

@@ -46,6 +46,12 @@ INJECT_ROWS = 64  # the per-row injection cost is read from a call this size and
 # the context terms: steps alternating 1 and CTX_N tokens at the calibration prompt's context and at
 # this one (or as long as the context allows; under CTX_MIN_GAP more cells, they stay 0)
 LONG_PROMPT_LEN = 2000
+# and the far terms, beyond LONG_PROMPT_LEN: the same steps there and at this context (or as long as
+# the context allows), in FAR_ROUNDS runs each (each run prefills the far prompt again): extrapolated
+# from 200 and 2,000 cells, a verify after 16k-32k cells was priced up to 1.7x its measured cost
+# (docs/bench/context-cost-cpu.json: attention adds less per cell past a few thousand cells)
+FAR_PROMPT_LEN = 8192
+FAR_ROUNDS = 2
 CTX_N = 8
 CTX_MIN_GAP = 500
 # the most steps a size's cost is the mean of: past it, newer steps weigh more, so that a machine
@@ -59,7 +65,7 @@ CALIBRATION_WEIGHT = 16
 # 40% between sessions and +-5-10% within minutes), a size's own estimate in ~100 of its steps
 PACE_ALPHA = 0.05
 SIZE_ALPHA = 0.01
-CALIBRATION_VERSION = "6"  # part of the cache key: a new cost model format (6: learned at paces of 1) is measured anew
+CALIBRATION_VERSION = "7"  # part of the cache key: a new cost model format (7: far context terms) is measured anew
 
 
 def _calibration_prompt(engine: Engine, shift: int, room: int, length: int = CALIBRATION_PROMPT_LEN) -> list[int]:
@@ -84,6 +90,8 @@ class CostModel:
     ctx_step_s, ctx_token_s: per cache cell beyond calib_ctx, what a step pays (reading the cache)
         and what each verified token pays (its attention over it); verify_s holds the costs at
         calib_ctx cells, the context the sizes were measured at
+    far_ctx, far_ctx_step_s, far_ctx_token_s: the same per cell beyond far_ctx cells (0: the terms
+        above hold at every length)
     verify_steps[n], draft_steps[k]: how many steps each estimate is the mean of (the calibration's,
         then the loop's own, folded in by learn(); at most LEARN_CAP)
     pace_pass, pace_token: the machine's speed now against these costs, apart for what every pass
@@ -103,6 +111,9 @@ class CostModel:
     ctx_step_s: float = 0.0
     ctx_token_s: float = 0.0
     calib_ctx: float = 0.0
+    far_ctx: float = 0.0
+    far_ctx_step_s: float = 0.0
+    far_ctx_token_s: float = 0.0
     verify_steps: list[float] = field(default_factory=list)
     draft_steps: list[float] = field(default_factory=list)
     key: str = ""
@@ -117,10 +128,15 @@ class CostModel:
 
     def context_s(self, n: np.ndarray | int, n_past: int | None) -> np.ndarray | float:
         """What a verify of n tokens after n_past cache cells costs beyond (or, below calib_ctx,
-        under) its cost at calib_ctx cells; 0 for n_past None."""
+        under) its cost at calib_ctx cells; 0 for n_past None. Two linear pieces, joined at far_ctx."""
+        n = np.asarray(n, dtype=np.float64)
         if n_past is None:
-            return 0.0 * np.asarray(n)
-        return (self.ctx_step_s + self.ctx_token_s * np.asarray(n, dtype=np.float64)) * (n_past - self.calib_ctx)
+            return 0.0 * n
+        near = min(n_past, self.far_ctx) if self.far_ctx > 0 else n_past
+        t = (self.ctx_step_s + self.ctx_token_s * n) * (near - self.calib_ctx)
+        if self.far_ctx > 0 and n_past > self.far_ctx:
+            t = t + (self.far_ctx_step_s + self.far_ctx_token_s * n) * (n_past - self.far_ctx)
+        return t
 
     def step_times(self, dflash: bool, emitted: np.ndarray, last_n: int | None = None,
                    inject: bool = True, n_past: int | None = None) -> np.ndarray:
@@ -351,15 +367,24 @@ def _context_terms(engine: Engine, cm: CostModel, pairs: int, rounds: int) -> No
     """ctx_step_s and ctx_token_s from the steady steps of 1 and CTX_N tokens at the calibration
     prompt's context and at LONG_PROMPT_LEN, the two taken in turn `rounds` times: measured one
     after the other, a machine that slowed down between them read as a cost of the context (two
-    runs a minute apart once fitted 0 + 0.64 n and 1.75 + 0 n ms per 1k cells)."""
+    runs a minute apart once fitted 0 + 0.64 n and 1.75 + 0 n ms per 1k cells). Then the far terms
+    the same way from LONG_PROMPT_LEN and FAR_PROMPT_LEN (as far as the context allows)."""
     if engine.n_ctx < LONG_PROMPT_LEN:
         return  # a context too small to tell (the measured gap is checked too)
     short, long = _cycle_medians(engine, CTX_N, pairs, (CALIBRATION_PROMPT_LEN, LONG_PROMPT_LEN), rounds)
     if short is None or long is None:
         return
     fit = fit_context_terms((short[1], short[3]), (long[1], long[3]), CTX_N)
-    if fit is not None:
-        cm.ctx_step_s, cm.ctx_token_s = fit
+    if fit is None:
+        return
+    cm.ctx_step_s, cm.ctx_token_s = fit
+    long, far = _cycle_medians(engine, CTX_N, pairs, (LONG_PROMPT_LEN, FAR_PROMPT_LEN), min(rounds, FAR_ROUNDS))
+    if long is None or far is None:
+        return
+    fit = fit_context_terms((long[1], long[3]), (far[1], far[3]), CTX_N)
+    if fit is not None:  # None: the context leaves no room for a far prompt; the near terms hold
+        cm.far_ctx = (long[1][1] + long[3][1]) / 2
+        cm.far_ctx_step_s, cm.far_ctx_token_s = fit
 
 
 def fit_context_terms(short: tuple[tuple[float, float], tuple[float, float]],

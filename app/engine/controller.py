@@ -85,6 +85,15 @@ DRAFT_MODEL_K_MAX = 8  # app.engine.sources.DRAFT_MODEL_K_MAX: its passes run on
 CAUTION = 0.5
 # at a reply's first step what was learned counts this much: the new text may not be like the last
 REPLY_KEEP = 0.5
+# the lookup's record in this text: how many of its first drafts passed against how many its models
+# (one per match length and agreement) expected, decayed per lookup step, with this many pseudo-steps
+# of agreement. Each model learns only from its own matches, so where matches keep failing every one
+# of them was tried until its own steps said so: a 35-token answer over 8k tokens of a document
+# drafted 20 lookup steps of which 2 passed, each ~5 ms dearer than a plain step
+# (docs/bench/done-when-s38-cpu.json). A record short of the models scales their first draft's
+# acceptance down by the ratio (never up: models that expect too little learn that themselves)
+LOOKUP_TRUST_WEIGHT = 2.0
+LOOKUP_TRUST_DECAY = 0.9
 # what a probe may cost beyond a plain step, as a share of it, at the probe_every spacing (a DFlash probe
 # of 2 at a chat's context here: ~0.45); a dearer one is spaced out in proportion
 PROBE_REF = 0.5
@@ -118,6 +127,8 @@ class DraftController:
         # and drafts that end the reply: how often a reply ends where an earlier turn did
         self.lookup_end = AcceptanceModel(self.lookup_k_max, REPLY_END_PRIOR, prior_weight, decay)
         self._last_lookup = self.lookup[0][0]  # the lookup model of the step being verified
+        self._lookup_passed = 0.0  # the lookup's record (decayed): first drafts that passed,
+        self._lookup_expected = 0.0  # and what its models expected of them
         # a classic draft model: its acceptance, and what one of its passes costs (a draft of k is k
         # passes, one after another: measured at load by new_controller, then learned from the steps)
         self.draft_model_k_max = (max(0, min(DRAFT_MODEL_K_MAX, n_max)) if DRAFT_MODEL in sources else 0)
@@ -160,8 +171,8 @@ class DraftController:
                [float(c.step_times(False, np.ones(1), self._last_n, False, ctx)[0])]]
         if self.lookup_k_max and step.lookup is not None:
             kk = min(self.lookup_k_max, len(step.lookup.tokens))
-            model = self._lookup_model(step)
-            e, low = model.expected()[:kk + 1], model.expected_cautious(self.caution)[:kk + 1]
+            model, trust = self._lookup_model(step), self.lookup_trust
+            e, low = model.expected(trust)[:kk + 1], model.expected_cautious(self.caution, trust)[:kk + 1]
             t = c.step_times(False, e, self._last_n, False, ctx)
             out += [(e[k] / t[k], low[k] / t[k], float(t[k]), Choice(LOOKUP, k)) for k in range(1, kk + 1)]
         if self.dflash_k_max and step.has_drafter:
@@ -179,6 +190,8 @@ class DraftController:
         if step.first and self.reply_keep < 1.0:
             for m in self._text_models():
                 m.forget(self.reply_keep)
+            self._lookup_passed *= self.reply_keep
+            self._lookup_expected *= self.reply_keep
         rates = self._rates(step)
         cands = [(r, t, ch) for r, _, t, ch in rates]
         # the best draft (by mean rate) among those whose cautious rate beats plain decoding; else plain
@@ -229,6 +242,10 @@ class DraftController:
                 np.add.at(self.conf_acc, b[:accepted], 1.0)
             self._last_dflash.observe(k, accepted)
         elif choice.source == LOOKUP:
+            if k > 0:
+                d = LOOKUP_TRUST_DECAY
+                self._lookup_passed = d * self._lookup_passed + (accepted > 0)
+                self._lookup_expected = d * self._lookup_expected + float(self._last_lookup.p[0])
             self._last_lookup.observe(k, accepted)
         elif choice.source == DRAFT_MODEL:
             self.draft_model.observe(k, accepted)
@@ -257,6 +274,13 @@ class DraftController:
             self.seen.add(k + 1, self.cost.at_unit_pace(k + 1, t, self._last_ctx), k_draft, timing.draft_s)
             if self.refresh_costs:
                 self.cost.update(k + 1, t, k_draft, timing.draft_s, n_past=self._last_ctx)
+
+    @property
+    def lookup_trust(self) -> float:
+        """The lookup's first drafts that passed in this text over what its models expected (at
+        most 1): what scales their first draft's acceptance."""
+        w = LOOKUP_TRUST_WEIGHT
+        return min(1.0, (self._lookup_passed + w) / (self._lookup_expected + w))
 
     def _lookup_model(self, step: StepInfo) -> AcceptanceModel:
         if step.first:
@@ -289,10 +313,11 @@ class DraftController:
         c = self.cost
         model = self._last_dflash if source == DFLASH else self._last_lookup
         model = self.draft_model if source == DRAFT_MODEL else model
-        e = model.expected()
+        trust = self.lookup_trust if source == LOOKUP else 1.0
+        e = model.expected(trust)
         t = c.step_times(source == DFLASH, e, None, source == DFLASH, self._last_ctx)
         t = t + (self.draft_model_pass_s * np.arange(len(e)) if source == DRAFT_MODEL else 0.0)  # k passes
-        r = model.expected_cautious(self.caution) / t
+        r = model.expected_cautious(self.caution, trust) / t
         r[0] = 1.0 / t[0]
         return bool(r[1:].max(initial=0.0) > r[0])
 
