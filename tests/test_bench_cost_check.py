@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.bench.runner import cost_model_check
+from app.bench.runner import cost_model_by_category, cost_model_check
 from app.engine.calibration import CostModel
 
 
@@ -30,3 +30,15 @@ def test_rebuilds_are_counted_where_the_verify_size_changes() -> None:
     assert plain["calibrated_rebuilds_ms"] == pytest.approx(10.1 + 2 * 2 / 3, abs=1e-3)  # 2 of 3 rebuilt
     assert look["calibrated_rebuilds_ms"] == pytest.approx(14.0 + 0.3 + 2.0, abs=1e-3)  # 3 rows, a rebuild
     assert look["rebuilds_error"] == pytest.approx(16.3 / 15.0 - 1, abs=1e-3)
+
+
+def test_the_worst_errors_are_given_per_category() -> None:
+    """A category whose steps the model prices right and one it prices 2x: the worst error of each
+    is its own (over choices with >= 20 steps), not the run's."""
+    cm = CostModel(verify_s=[0.0, 0.010, 0.012], draft_s=[0.0, 0.001], inject_row_s=0.0)
+    right = _row(["plain"] * 21, [0] * 21, [0] * 21, [10.0] * 21) | {"category": "short"}
+    cheap = _row(["plain"] * 21, [0] * 21, [0] * 21, [5.0] * 21) | {"category": "long"}
+    out = cost_model_by_category([right, cheap], ["hybrid"], cm)
+    assert out["short"]["max_abs_error"] == pytest.approx(0.0, abs=1e-3)
+    assert out["long"]["max_abs_error"] == pytest.approx(1.0, abs=1e-3)
+    assert set(out["long"]) == {"max_abs_error", "max_abs_error_rebuilds", "max_abs_error_live"}

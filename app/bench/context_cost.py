@@ -7,7 +7,7 @@ over the same cache the target does. Per size: the steady step (the second of it
 graph reused) without the drafter's work, read against the plain step next to it (this VM's drift
 cancels), the drafter's pass and the injection call the step made first; then the injection of 1
 and INJECT_ROWS rows after the cache (Engine.time_injection). The cost model the controller prices
-steps by (the cached calibration, its context terms fitted at 200, 2,000 and 8,192 cells) is set
+steps by (the cached calibration, its context terms fitted in pieces between 200, 2,000, 8,192 and ~32,768 cells) is set
 against each measurement: its error by length is what says whether the linear terms hold at 32k.
 
     flashdesk context-cost --ctx 32768 --rounds 3 --json docs/bench/context-cost-cpu.json

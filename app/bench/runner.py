@@ -142,6 +142,14 @@ def cost_model_check(rows: list[dict], modes: list[str], cost: CostModel) -> dic
     return out
 
 
+def cost_model_by_category(rows: list[dict], modes: list[str], cost: CostModel) -> dict:
+    """cost_model_check's worst errors per prompt category: a document set at 2k, 8k and 16k cells is
+    where a cost model fitted at short contexts goes wrong (issue 29: within 10% at each length)."""
+    cats = sorted({r["category"] for r in rows})
+    return {c: {k: v for k, v in cost_model_check([r for r in rows if r["category"] == c], modes, cost).items()
+                if k.startswith("max_abs_error")} for c in cats}
+
+
 def _calibrated_by_step(rows: list[dict], mode: str,
                         cost: CostModel) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     """({choice: [steps, total ms]} steady, the same with rebuilds): the calibrated step time of
@@ -206,7 +214,8 @@ def bench(engine: Engine, prompts: list[BenchPrompt], modes: list[str], max_toke
         return {"run": run, "modes": modes, "max_tokens": max_tokens, "draft_max": draft_max,
                 "tokens_per_s_definition": peer_modes.TOKENS_PER_S,
                 "calibration": cost.to_dict(), "prompts": list(rows),
-                "summary": summarize(rows, modes) | {"cost_model": cost_model_check(rows, ours, cost)}} \
+                "summary": summarize(rows, modes) | {"cost_model": cost_model_check(rows, ours, cost)
+                                                     | {"by_category": cost_model_by_category(rows, ours, cost)}}} \
             | ({"peers": peer_info} if peer_info else {})
 
     try:

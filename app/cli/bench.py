@@ -141,10 +141,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                           "calibration_context": round(cm.calib_ctx),
                           "context_ms_per_1k_cells_per_step": round(cm.ctx_step_s * 1e6, 4),
                           "context_ms_per_1k_cells_per_token": round(cm.ctx_token_s * 1e6, 4),
-                          # the same beyond far_context cells (0: the terms above hold at every length)
-                          "far_context": round(cm.far_ctx),
-                          "far_context_ms_per_1k_cells_per_step": round(cm.far_ctx_step_s * 1e6, 4),
-                          "far_context_ms_per_1k_cells_per_token": round(cm.far_ctx_token_s * 1e6, 4)}, indent=2))
+                          # the same from each far_context on (none: the terms above hold at every length)
+                          "far_context": [round(x) for x in cm.far_ctx],
+                          "far_context_ms_per_1k_cells_per_step": [round(x * 1e6, 4) for x in cm.far_ctx_step_s],
+                          "far_context_ms_per_1k_cells_per_token": [round(x * 1e6, 4) for x in cm.far_ctx_token_s]},
+                         indent=2))
     finally:
         engine.close()
     return 0

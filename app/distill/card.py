@@ -33,7 +33,8 @@ def write_card(out_gguf: Path, target: Path, ckpt_dir: Path, data_meta: dict, n_
         "",
         f"- {n_sequences} sequences. Replies to prompts of the project's own corpus (Python standard-library "
         "functions cut after their docstring, small generated coding tasks, explanations, math word problems, lists, "
-        "summaries of Python's documentation, five other languages; HumanEval excluded by name and by 60-character "
+        "summaries of Python's documentation, questions over documents, emails, stories, other languages; HumanEval "
+        "excluded by name and by 60-character "
         "overlap), written by the target itself in the app's prompt format (plain `User:/Assistant:` for chat, raw "
         "completion for code): 75% of first replies greedy, the rest and every further reply sampled at T=0.8."
         + (" Windows of offline text (Python sources, Debian documentation, man pages; HumanEval and the bench's "

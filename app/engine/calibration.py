@@ -46,12 +46,13 @@ INJECT_ROWS = 64  # the per-row injection cost is read from a call this size and
 # the context terms: steps alternating 1 and CTX_N tokens at the calibration prompt's context and at
 # this one (or as long as the context allows; under CTX_MIN_GAP more cells, they stay 0)
 LONG_PROMPT_LEN = 2000
-# and the far terms, beyond LONG_PROMPT_LEN: the same steps there and at this context (or as long as
-# the context allows), in FAR_ROUNDS runs each (each run prefills the far prompt again): extrapolated
-# from 200 and 2,000 cells, a verify after 16k-32k cells was priced up to 1.7x its measured cost
-# (docs/bench/context-cost-cpu.json: attention adds less per cell past a few thousand cells)
-FAR_PROMPT_LEN = 8192
-FAR_ROUNDS = 2
+# and the far terms, beyond LONG_PROMPT_LEN: the same steps there and at each of these contexts (as
+# far as the context allows), one run each, longest last (each prompt a prefix of the next: the cache
+# keeps it). The cost is not linear in the context: on this CPU a step grew little from 2k to 8k cells
+# and up to 2x faster per cell past ~10k (likely where the cache outgrows the CPU's last-level cache), so the
+# terms of 200 and 2,000 cells priced a verify at 16k-32k up to 1.7x its measured cost, and those of
+# 2,000 and 8,192 at 0.4x (docs/bench/context-cost-cpu.json): one linear piece per pair of lengths
+FAR_PROMPT_LENS = (8192, 32768)
 CTX_N = 8
 CTX_MIN_GAP = 500
 # the most steps a size's cost is the mean of: past it, newer steps weigh more, so that a machine
@@ -65,7 +66,7 @@ CALIBRATION_WEIGHT = 16
 # 40% between sessions and +-5-10% within minutes), a size's own estimate in ~100 of its steps
 PACE_ALPHA = 0.05
 SIZE_ALPHA = 0.01
-CALIBRATION_VERSION = "7"  # part of the cache key: a new cost model format (7: far context terms) is measured anew
+CALIBRATION_VERSION = "8"  # part of the cache key: a new cost model format (8: far context pieces) is measured anew
 
 
 def _calibration_prompt(engine: Engine, shift: int, room: int, length: int = CALIBRATION_PROMPT_LEN) -> list[int]:
@@ -90,8 +91,8 @@ class CostModel:
     ctx_step_s, ctx_token_s: per cache cell beyond calib_ctx, what a step pays (reading the cache)
         and what each verified token pays (its attention over it); verify_s holds the costs at
         calib_ctx cells, the context the sizes were measured at
-    far_ctx, far_ctx_step_s, far_ctx_token_s: the same per cell beyond far_ctx cells (0: the terms
-        above hold at every length)
+    far_ctx[i], far_ctx_step_s[i], far_ctx_token_s[i]: the same per cell from far_ctx[i] cells on
+        (to the next piece's start; none: the terms above hold at every length)
     verify_steps[n], draft_steps[k]: how many steps each estimate is the mean of (the calibration's,
         then the loop's own, folded in by learn(); at most LEARN_CAP)
     pace_pass, pace_token: the machine's speed now against these costs, apart for what every pass
@@ -111,9 +112,9 @@ class CostModel:
     ctx_step_s: float = 0.0
     ctx_token_s: float = 0.0
     calib_ctx: float = 0.0
-    far_ctx: float = 0.0
-    far_ctx_step_s: float = 0.0
-    far_ctx_token_s: float = 0.0
+    far_ctx: list[float] = field(default_factory=list)
+    far_ctx_step_s: list[float] = field(default_factory=list)
+    far_ctx_token_s: list[float] = field(default_factory=list)
     verify_steps: list[float] = field(default_factory=list)
     draft_steps: list[float] = field(default_factory=list)
     key: str = ""
@@ -128,14 +129,18 @@ class CostModel:
 
     def context_s(self, n: np.ndarray | int, n_past: int | None) -> np.ndarray | float:
         """What a verify of n tokens after n_past cache cells costs beyond (or, below calib_ctx,
-        under) its cost at calib_ctx cells; 0 for n_past None. Two linear pieces, joined at far_ctx."""
+        under) its cost at calib_ctx cells; 0 for n_past None. Linear pieces joined at far_ctx."""
         n = np.asarray(n, dtype=np.float64)
         if n_past is None:
             return 0.0 * n
-        near = min(n_past, self.far_ctx) if self.far_ctx > 0 else n_past
-        t = (self.ctx_step_s + self.ctx_token_s * n) * (near - self.calib_ctx)
-        if self.far_ctx > 0 and n_past > self.far_ctx:
-            t = t + (self.far_ctx_step_s + self.far_ctx_token_s * n) * (n_past - self.far_ctx)
+        starts = [self.calib_ctx, *self.far_ctx]
+        ends = [*self.far_ctx, float("inf")]
+        step = [self.ctx_step_s, *self.far_ctx_step_s]
+        token = [self.ctx_token_s, *self.far_ctx_token_s]
+        t = (step[0] + token[0] * n) * (min(n_past, ends[0]) - starts[0])  # below calib_ctx: negative
+        for i in range(1, len(starts)):
+            if n_past > starts[i]:
+                t = t + (step[i] + token[i] * n) * (min(n_past, ends[i]) - starts[i])
         return t
 
     def step_times(self, dflash: bool, emitted: np.ndarray, last_n: int | None = None,
@@ -368,7 +373,9 @@ def _context_terms(engine: Engine, cm: CostModel, pairs: int, rounds: int) -> No
     prompt's context and at LONG_PROMPT_LEN, the two taken in turn `rounds` times: measured one
     after the other, a machine that slowed down between them read as a cost of the context (two
     runs a minute apart once fitted 0 + 0.64 n and 1.75 + 0 n ms per 1k cells). Then the far terms
-    the same way from LONG_PROMPT_LEN and FAR_PROMPT_LEN (as far as the context allows)."""
+    one piece per pair of lengths from LONG_PROMPT_LEN on, through FAR_PROMPT_LENS as far as the
+    context allows: one run each (a long prompt's prefill dominates; drift, +-10% of a plain step, is
+    small beside what 8k-30k more cells add)."""
     if engine.n_ctx < LONG_PROMPT_LEN:
         return  # a context too small to tell (the measured gap is checked too)
     short, long = _cycle_medians(engine, CTX_N, pairs, (CALIBRATION_PROMPT_LEN, LONG_PROMPT_LEN), rounds)
@@ -378,13 +385,17 @@ def _context_terms(engine: Engine, cm: CostModel, pairs: int, rounds: int) -> No
     if fit is None:
         return
     cm.ctx_step_s, cm.ctx_token_s = fit
-    long, far = _cycle_medians(engine, CTX_N, pairs, (LONG_PROMPT_LEN, FAR_PROMPT_LEN), min(rounds, FAR_ROUNDS))
-    if long is None or far is None:
-        return
-    fit = fit_context_terms((long[1], long[3]), (far[1], far[3]), CTX_N)
-    if fit is not None:  # None: the context leaves no room for a far prompt; the near terms hold
-        cm.far_ctx = (long[1][1] + long[3][1]) / 2
-        cm.far_ctx_step_s, cm.far_ctx_token_s = fit
+    lens = (LONG_PROMPT_LEN, *(n for n in FAR_PROMPT_LENS if n < engine.n_ctx), engine.n_ctx)
+    meds = _cycle_medians(engine, CTX_N, pairs // 2, lens, 1)  # half the steps: room for a longer prompt
+    for a, b in zip(meds, meds[1:]):
+        if a is None or b is None:
+            break
+        fit = fit_context_terms((a[1], a[3]), (b[1], b[3]), CTX_N)
+        if fit is None:
+            continue  # under CTX_MIN_GAP apart (the context left no room): the next pair measures on
+        cm.far_ctx.append((a[1][1] + a[3][1]) / 2)
+        cm.far_ctx_step_s.append(fit[0])
+        cm.far_ctx_token_s.append(fit[1])
 
 
 def fit_context_terms(short: tuple[tuple[float, float], tuple[float, float]],
