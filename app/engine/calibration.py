@@ -51,7 +51,8 @@ LONG_PROMPT_LEN = 2000
 # keeps it). The cost is not linear in the context: on this CPU a step grew little from 2k to 8k cells
 # and up to 2x faster per cell past ~10k (likely where the cache outgrows the CPU's last-level cache), so the
 # terms of 200 and 2,000 cells priced a verify at 16k-32k up to 1.7x its measured cost, and those of
-# 2,000 and 8,192 at 0.4x (docs/bench/context-cost-cpu.json): one linear piece per pair of lengths
+# 2,000 and 8,192 at 0.4x (docs/bench/context-cost-cpu.json, context-cost-s39-run1-cpu.json): one
+# linear piece per pair of lengths
 FAR_PROMPT_LENS = (8192, 32768)
 CTX_N = 8
 CTX_MIN_GAP = 500
@@ -372,7 +373,7 @@ def _context_terms(engine: Engine, cm: CostModel, pairs: int, rounds: int) -> No
     """ctx_step_s and ctx_token_s from the steady steps of 1 and CTX_N tokens at the calibration
     prompt's context and at LONG_PROMPT_LEN, the two taken in turn `rounds` times: measured one
     after the other, a machine that slowed down between them read as a cost of the context (two
-    runs a minute apart once fitted 0 + 0.64 n and 1.75 + 0 n ms per 1k cells). Then the far terms
+    runs a minute apart once fitted 0 + 0.64 n and 1.75 + 0 n ms per 1k cells). Then the far terms:
     one piece per pair of lengths from LONG_PROMPT_LEN on, through FAR_PROMPT_LENS as far as the
     context allows: one run each (a long prompt's prefill dominates; drift, +-10% of a plain step, is
     small beside what 8k-30k more cells add)."""
