@@ -55,6 +55,39 @@ def best(policy: DraftController, step: StepInfo = DFLASH_ONLY) -> Choice:
     return max(policy.candidates(step), key=lambda x: x[0])[2]
 
 
+def test_choose_is_the_best_candidate_whose_cautious_rate_beats_plain() -> None:
+    """choose() works per source on arrays (its host time is a share of a GPU step); it must pick
+    what the rule says over the candidates one by one: the best mean rate among those whose cautious
+    rate beats plain decoding, ties to the earlier candidate, else plain (probes off here)."""
+    rng = np.random.default_rng(3)
+    chosen = set()
+    for _ in range(300):
+        c = cpu_costs()
+        c.verify_s = [0.0, *np.sort(rng.uniform(0.01, 0.04, 16))]
+        c.draft_s = [0.0, *rng.uniform(0.0005, 0.01, 15)]
+        p = DraftController(c, refresh_costs=False, probe_every=10**9)
+        for m in [p.dflash, p.dflash_unmatched, *(m for row in p.lookup for m in row)]:
+            m.tried[:] = rng.uniform(0, 10, m.k_max)
+            m.acc[:] = m.tried * rng.uniform(0, 1, m.k_max) ** 0.3
+        p._lookup_passed, p._lookup_expected = rng.uniform(0, 5), rng.uniform(0, 5)
+        match = (LookupMatch(int(rng.integers(1, 7)), tuple(range(int(rng.integers(1, 16)))),
+                             int(rng.integers(0, 3))) if rng.random() < 0.7 else None)
+        step = StepInfo(lookup=match, has_drafter=bool(rng.random() < 0.8), pending_rows=int(rng.integers(0, 2)),
+                        n_past=int(rng.integers(100, 3000)))
+        cands = p.candidates(step)
+        sure = []
+        for i, (_, t, ch) in enumerate(cands[1:], 1):
+            model = p._dflash_model(step) if ch.source == DFLASH else p._lookup_model(step)
+            trust = p.lookup_trust if ch.source == LOOKUP else 1.0
+            if model.expected_cautious(p.caution, trust)[ch.k] / t > cands[0][0]:
+                sure.append(i)
+        want = cands[max(sure, key=lambda i: (cands[i][0], -i), default=0)][2]
+        got = p.choose(step)
+        assert got == want
+        chosen.add(got.source)
+    assert chosen == {PLAIN, LOOKUP, DFLASH}  # every branch was taken
+
+
 def test_picks_plain_decoding_when_drafts_never_pass() -> None:
     k = ks(replay(dflash_controller(cpu_costs()), lambda c: 0, 200))
     assert k[-100:].count(0) >= 95  # plain decoding, with rare probes

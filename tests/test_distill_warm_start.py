@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from app.distill.corpus import CorpusPrompt, save_corpus  # noqa: E402
-from app.distill.curve import add_point, measure, plot_curve, without_heldout  # noqa: E402
+from app.distill.curve import HELDOUT_SETS, add_point, heldout_prompts, measure, plot_curve, without_heldout  # noqa: E402
 from app.distill.export import export_gguf, load_drafter_gguf  # noqa: E402
 from app.distill.generate import GenConfig, generate_dataset  # noqa: E402
 from gguf_tools.synth import TinyShape, write_tiny_target  # noqa: E402
@@ -124,7 +124,9 @@ def test_the_curve_measures_a_drafter_on_the_held_out_prompts(tmp_path: Path) ->
     held = tmp_path / "held.jsonl"
     save_corpus(_prompts(3, 7), held)
     corpus = _prompts(3, 7)[:2] + _prompts(4, 8)
-    assert len(without_heldout(corpus, held)) == 4  # the held-out texts never reach training
+    assert len(without_heldout(corpus, (held,))) == 4  # the held-out texts never reach training
+    chat = heldout_prompts(HELDOUT_SETS["chat"])
+    assert {p.kind for p in chat} == {"email", "story", "multilingual"} and without_heldout(chat) == []
 
     model = _random_drafter(target, gemma=True)
     drafter = export_gguf(model, target, tmp_path / "d.gguf", dtype="f32")
@@ -132,6 +134,7 @@ def test_the_curve_measures_a_drafter_on_the_held_out_prompts(tmp_path: Path) ->
         measure(drafter, target, tmp_path / "work", prompts_file=held, progress=lambda m: None)
     point = measure(drafter, target, tmp_path / "work", prior_tokens=1000, prompts_file=held, progress=lambda m: None)
     assert point["tokens"] == 1000 and point["sequences"] == 3 and point["positions"] > 0
+    assert (tmp_path / "work" / "held").is_dir()  # each set's replies in a folder of its own
     assert 1.0 <= point["tau_k3"] <= 4.0 and point["tau_k3"] <= point["tau_block"] <= 8.0
     assert len(point["accept_rate_by_pos"]) == 7
 

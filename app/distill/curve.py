@@ -1,8 +1,12 @@
-"""The drafter's learning curve: one fixed held-out set, one point per drafter.
+"""The drafter's learning curve: fixed held-out sets, one point per drafter and set.
 
-The held-out prompts are committed (assets/distill/heldout-prompts.jsonl) so
-that every session measures on the same set, whatever its corpus holds; the
-corpus drops them before training. Their replies are the target's own greedy
+The held-out prompts are committed (assets/distill/heldout-*.jsonl) so that
+every session measures on the same sets, whatever its corpus holds; the corpus
+drops all of them before training. "mixed" (96 prompts, 40 of them code) is the
+curve since stop 34; "chat" (58 emails, stories and stories in other languages,
+drawn in stop 40 from `letters_and_stories(random.Random(4040), 600)` less every
+earlier corpus's prompts) follows the kinds the chat bench measures, which the
+mixed set lacks. Their replies are the target's own greedy
 ones, regenerated on each machine (greedy decoding is deterministic, and the
 features and top-K come with them), so a point needs no training data on disk.
 
@@ -30,23 +34,27 @@ from app.distill.export import load_drafter_gguf  # noqa: E402
 from app.distill.generate import GenConfig, generate_dataset  # noqa: E402
 from app.distill.train import TrainConfig, evaluate  # noqa: E402
 
-HELDOUT_PROMPTS = Path(__file__).resolve().parents[2] / "assets" / "distill" / "heldout-prompts.jsonl"
+_ASSETS = Path(__file__).resolve().parents[2] / "assets" / "distill"
+HELDOUT_SETS = {"mixed": _ASSETS / "heldout-prompts.jsonl", "chat": _ASSETS / "heldout-chat-prompts.jsonl"}
+HELDOUT_PROMPTS = HELDOUT_SETS["mixed"]
 
 
 def heldout_prompts(path: Path = HELDOUT_PROMPTS) -> list[CorpusPrompt]:
     return load_corpus(path)
 
 
-def without_heldout(corpus: list[CorpusPrompt], path: Path = HELDOUT_PROMPTS) -> list[CorpusPrompt]:
-    """The corpus less every held-out prompt (by text: ids differ between corpora)."""
-    held = {p.text for p in heldout_prompts(path)}
+def without_heldout(corpus: list[CorpusPrompt], paths: tuple[Path, ...] = tuple(HELDOUT_SETS.values())
+                    ) -> list[CorpusPrompt]:
+    """The corpus less every prompt of every held-out set (by text: ids differ between corpora)."""
+    held = {p.text for path in paths for p in heldout_prompts(path)}
     return [p for p in corpus if p.text not in held]
 
 
 def heldout_data(target: Path, work: Path, taps: list[int], prompts: list[CorpusPrompt],
-                 progress=print) -> DistillData:
-    """The target's greedy replies to the held-out prompts, with features at `taps` (made once per work folder)."""
-    raw, packed = work / "heldout", work / f"heldout-packed-{'-'.join(map(str, taps))}"
+                 progress=print, name: str = "heldout") -> DistillData:
+    """The target's greedy replies to the held-out prompts, with features at `taps` (made once per work
+    folder and set)."""
+    raw, packed = work / name, work / f"{name}-packed-{'-'.join(map(str, taps))}"
     generate_dataset(target, prompts, raw, GenConfig(tap_layers=taps, greedy_fraction=1.0, replies=1),
                      progress=progress)
     return packed_data(raw, packed, taps, progress)
@@ -61,7 +69,9 @@ def measure(drafter: Path, target: Path, work: Path, prior_tokens: int | None = 
     if tokens is None:
         raise ValueError(f"{drafter}: the file does not say how many tokens it was trained on "
                          f"(pass --prior-tokens; its card says)")
-    data = heldout_data(target, work, list(model.c.target_layers), heldout_prompts(prompts_file), progress)
+    # the mixed set's folders keep the names they had before there were two sets
+    name = "heldout" if prompts_file == HELDOUT_PROMPTS else prompts_file.stem
+    data = heldout_data(target, work, list(model.c.target_layers), heldout_prompts(prompts_file), progress, name)
     ev = evaluate(model, data, list(range(len(data))), TrainConfig(block_size=model.c.block_size))
     return {"drafter": drafter.name, "drafter_sha256": hashlib.sha256(drafter.read_bytes()).hexdigest()[:16],
             "tokens": tokens, "sequences": len(data), "prompts_file": prompts_file.name,

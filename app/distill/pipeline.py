@@ -28,7 +28,7 @@ import torch
 from app.bench.info import run_info
 from app.distill.card import write_card
 from app.distill.corpus import build_corpus, load_corpus, save_corpus, without_prompts_of
-from app.distill.curve import add_point, measure, plot_curve, without_heldout
+from app.distill.curve import HELDOUT_SETS, add_point, measure, plot_curve, without_heldout
 from app.distill.dataset import packed_data
 from app.distill.export import export_gguf, load_drafter_gguf
 from app.distill.generate import GenConfig, generate_dataset
@@ -96,6 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--drafter", help="curve: the drafter GGUF to measure")
     ap.add_argument("--curve", default="docs/bench/distill-curve-cpu.json",
                     help="curve: the learning-curve JSON to add the point to (the plot is written next to it)")
+    ap.add_argument("--heldout", default="mixed", choices=sorted(HELDOUT_SETS),
+                    help="curve: the held-out set (mixed: the curve's own, 40 of 96 prompts code; chat: emails, "
+                         "stories and other-language stories; keep one --curve file per set)")
     ap.add_argument("--stage", default="all", choices=["all", "generate", "label", "train", "export", "curve"],
                     help="generate: the target's replies (data/); label: the target's labels over offline text "
                          "(text/); all: generate, then train and export; curve: a drafter's held-out point")
@@ -127,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.stage == "curve":
         if not args.drafter:
             ap.error("--stage curve needs --drafter")
-        point = measure(Path(args.drafter).expanduser(), target, work, args.prior_tokens, progress=say)
+        point = measure(Path(args.drafter).expanduser(), target, work, args.prior_tokens,
+                        prompts_file=HELDOUT_SETS[args.heldout], progress=say)
         curve_json = Path(args.curve)
         curve = add_point(curve_json, point)
         plot_curve(curve, curve_json.with_suffix(".png"))

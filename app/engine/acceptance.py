@@ -25,30 +25,38 @@ class AcceptanceModel:
     @property
     def p(self) -> np.ndarray:
         """The current estimate of p[j], j = 0..k_max-1."""
-        p = np.empty(self.k_max)
-        q = self.prior
-        for j in range(self.k_max):
-            q = (self.acc[j] + self.prior_weight * q) / (self.tried[j] + self.prior_weight)
-            p[j] = q
-        return np.clip(p, 0.0, 0.999)
+        # a recurrence over <= 16 positions, in Python floats: numpy's per-element indexing made it
+        # ~1 us a position, and the controller reads it a few times every step (issue 30's host cost)
+        w, q, out = self.prior_weight, self.prior, []
+        for a, t in zip(self.acc.tolist(), self.tried.tolist()):
+            q = (a + w * q) / (t + w)
+            out.append(q)
+        return np.array(out, dtype=np.float64).clip(0.0, 0.999)
 
     def expected(self, first: float = 1.0) -> np.ndarray:
         """E(k) for k = 0..k_max; `first` scales the first draft's acceptance (a source's record in
         this text, when it falls short of what this model expects)."""
         p = self.p
         p[:1] *= first
-        return np.concatenate(([1.0], 1.0 + np.cumsum(np.cumprod(p))))
+        return _expected(p)
 
     def expected_cautious(self, z: float, first: float = 1.0) -> np.ndarray:
         """E(k) for k = 0..k_max with each p[j] taken z standard errors low (a Beta posterior's over
         the decayed steps behind it and the prior's pseudo-counts): what a draft is worth while few
         steps back the estimate. A position never reached (a new model, a new reply) counts the
         prior's weight only, so it is valued far below its mean; many steps bring it to the mean."""
+        return self.expected_both(z, first)[1]
+
+    def expected_both(self, z: float, first: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+        """(expected(first), expected_cautious(z, first)) from one reading of p (the controller
+        wants both for every source at every step)."""
         p = self.p
         n = self.tried + self.prior_weight
-        low = np.clip(p - z * np.sqrt(p * (1.0 - p) / (n + 1.0)), 0.0, 0.999)
-        low[:1] *= first
-        return np.concatenate(([1.0], 1.0 + np.cumsum(np.cumprod(low))))
+        both = np.stack((p, (p - z * np.sqrt(p * (1.0 - p) / (n + 1.0))).clip(0.0, 0.999)))
+        both[:, :1] *= first
+        e = np.ones((2, self.k_max + 1))
+        e[:, 1:] += both.cumprod(axis=1).cumsum(axis=1)
+        return e[0], e[1]
 
     def forget(self, keep: float) -> None:
         """Weigh what was seen so far by `keep` (a new reply: its text may not be like the last one's)."""
@@ -64,6 +72,13 @@ class AcceptanceModel:
         self.tried[:reached] = self.decay * self.tried[:reached] + 1.0
         self.acc[:reached] = self.decay * self.acc[:reached]
         self.acc[:min(accepted, k)] += 1.0
+
+
+def _expected(p: np.ndarray) -> np.ndarray:
+    """E(k) for k = 0..len(p): 1 + the sum over j < k of prod_{i<=j} p_i."""
+    e = np.ones(len(p) + 1)
+    e[1:] += p.cumprod().cumsum()
+    return e
 
 
 def expected_tokens(p: np.ndarray, k: int) -> float:

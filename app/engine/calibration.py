@@ -128,21 +128,23 @@ class CostModel:
         """The measured plain-decoding baseline: one token per single-token verify pass."""
         return 1.0 / self.verify_s[1] if len(self.verify_s) > 1 and self.verify_s[1] > 0 else 0.0
 
-    def context_s(self, n: np.ndarray | int, n_past: int | None) -> np.ndarray | float:
-        """What a verify of n tokens after n_past cache cells costs beyond (or, below calib_ctx,
-        under) its cost at calib_ctx cells; 0 for n_past None. Linear pieces joined at far_ctx."""
-        n = np.asarray(n, dtype=np.float64)
+    def context_terms(self, n_past: int | None) -> tuple[float, float]:
+        """(a, b): a verify of n tokens after n_past cache cells costs a + b * n beyond (or, below
+        calib_ctx, under) its cost at calib_ctx cells; (0, 0) for n_past None. Linear pieces joined at
+        far_ctx. In Python floats: the controller reads it for every candidate of every step."""
         if n_past is None:
-            return 0.0 * n
-        starts = [self.calib_ctx, *self.far_ctx]
-        ends = [*self.far_ctx, float("inf")]
-        step = [self.ctx_step_s, *self.far_ctx_step_s]
-        token = [self.ctx_token_s, *self.far_ctx_token_s]
-        t = (step[0] + token[0] * n) * (min(n_past, ends[0]) - starts[0])  # below calib_ctx: negative
-        for i in range(1, len(starts)):
-            if n_past > starts[i]:
-                t = t + (step[i] + token[i] * n) * (min(n_past, ends[i]) - starts[i])
-        return t
+            return 0.0, 0.0
+        starts = (self.calib_ctx, *self.far_ctx)
+        ends = (*self.far_ctx, float("inf"))
+        steps = (self.ctx_step_s, *self.far_ctx_step_s)
+        tokens = (self.ctx_token_s, *self.far_ctx_token_s)
+        a = b = 0.0
+        for i, (start, end, step, token) in enumerate(zip(starts, ends, steps, tokens)):
+            if i == 0 or n_past > start:  # the first piece also reaches below calib_ctx
+                cells = min(n_past, end) - start
+                a += step * cells
+                b += token * cells
+        return a, b
 
     def step_times(self, dflash: bool, emitted: np.ndarray, last_n: int | None = None,
                    inject: bool = True, n_past: int | None = None) -> np.ndarray:
@@ -152,17 +154,23 @@ class CostModel:
         (None: at calib_ctx). Costs are read as non-decreasing in size: a noisy low estimate for
         a large batch must not make it look cheaper than a smaller one. At the paces."""
         emitted = np.asarray(emitted, dtype=np.float64)
-        ks = np.arange(len(emitted))
+        n = np.arange(1, len(emitted) + 1)  # the verify sizes
         verify = np.maximum.accumulate(np.asarray(self.verify_s[1:], dtype=np.float64))
-        base = verify[np.minimum(ks, len(verify) - 1)]
-        # a short context makes a pass cheaper, never less than half its calibrated cost
-        t = (np.maximum(base + self.context_s(ks + 1, n_past), 0.5 * base) + (self.pace_pass - 1.0) * verify[0]
-             + (self.pace_token - 1.0) * (base - verify[0]) + self.inject_row_s * emitted)
+        base = verify[:len(n)] if len(n) <= len(verify) else verify[np.minimum(n, len(verify)) - 1]
+        a, b = self.context_terms(n_past)
+        # a short context makes a pass cheaper, never less than half its calibrated cost (in place,
+        # term by term: this runs for every source at every step)
+        t = np.maximum(base + (a + b * n), 0.5 * base)
+        t += (self.pace_pass - 1.0) * verify[0]
+        t += (self.pace_token - 1.0) * (base - verify[0])
+        t += self.inject_row_s * emitted
         if last_n is not None:
-            t += self.switch_s * (ks + 1 != last_n)
-        if dflash and len(ks) > 1:
+            t += self.switch_s * (n != last_n)
+        if dflash and len(n) > 1:
             draft = np.maximum.accumulate(np.asarray(self.draft_s[1:], dtype=np.float64))
-            t[1:] += draft[np.minimum(ks[1:], len(draft)) - 1] + (self.inject_call_s if inject else 0.0)
+            k = len(n) - 1  # drafts 1..k read draft[0..k-1], the last cost past the drafter's block
+            t[1:] += (draft[:k] if k <= len(draft) else draft[np.minimum(n[:k], len(draft)) - 1]) \
+                + (self.inject_call_s if inject else 0.0)
         return t
 
     def draft_time(self, k: int) -> float:
@@ -174,7 +182,8 @@ class CostModel:
         to paces of 1: what it would have cost when these costs were measured (learn folds these,
         so that the sizes' costs are learned in proportion whatever the machine's speed was)."""
         one, more = self._parts(n)
-        return (t_verify - float(self.context_s(n, n_past)) - (self.pace_pass - 1.0) * one
+        a, b = self.context_terms(n_past)
+        return (t_verify - (a + b * n) - (self.pace_pass - 1.0) * one
                 - (self.pace_token - 1.0) * more)
 
     def _parts(self, n: int) -> tuple[float, float]:

@@ -160,31 +160,40 @@ class DraftController:
 
     def candidates(self, step: StepInfo) -> list[tuple[float, float, Choice]]:
         """(rate, expected seconds, choice) of every candidate, plain first, at the mean acceptance."""
-        return [(r, t, ch) for r, _, t, ch in self._rates(step)]
+        t_plain, rates = self._rates(step)
+        out = [(1.0 / t_plain, t_plain, PLAIN_STEP)]
+        for source, rate, _, t in rates:
+            out += [(float(rate[i]), float(t[i]), Choice(source, i + 1)) for i in range(len(rate))]
+        return out
 
-    def _rates(self, step: StepInfo) -> list[tuple[float, float, float, Choice]]:
-        """(rate, cautious rate, expected seconds, choice) of every candidate, plain first: each
-        source's rates for all k in one numpy pass (this runs every step, plain ones included)."""
+    def _rates(self, step: StepInfo) -> tuple[float, list[tuple[str, np.ndarray, np.ndarray, np.ndarray]]]:
+        """(a plain step's expected seconds, [(source, rate, cautious rate, expected seconds) of
+        drafting k = 1..K (index k - 1)] for each source that can draft at this step, in candidate
+        order). All k of a source in one numpy pass, and no Choice made but the chosen one: this
+        runs every step, plain ones included, and on a GPU its time is a share of the step (issue 30).
+        A plain step is drafting 0: the first element of any source's step times."""
         c = self.cost
         ctx = step.n_past
-        out = [(1.0 / t, 1.0 / t, t, PLAIN_STEP) for t in
-               [float(c.step_times(False, np.ones(1), self._last_n, False, ctx)[0])]]
-        if self.lookup_k_max and step.lookup is not None:
+        out, t_plain = [], None
+        if self.lookup_k_max and step.lookup is not None and step.lookup.tokens:
             kk = min(self.lookup_k_max, len(step.lookup.tokens))
-            model, trust = self._lookup_model(step), self.lookup_trust
-            e, low = model.expected(trust)[:kk + 1], model.expected_cautious(self.caution, trust)[:kk + 1]
-            t = c.step_times(False, e, self._last_n, False, ctx)
-            out += [(e[k] / t[k], low[k] / t[k], float(t[k]), Choice(LOOKUP, k)) for k in range(1, kk + 1)]
+            e, low = self._lookup_model(step).expected_both(self.caution, self.lookup_trust)
+            t = c.step_times(False, e[:kk + 1], self._last_n, False, ctx)
+            t_plain = t[0]
+            out.append((LOOKUP, e[1:kk + 1] / t[1:], low[1:kk + 1] / t[1:], t[1:]))
         if self.dflash_k_max and step.has_drafter:
-            model = self._dflash_model(step)
-            e, low = model.expected(), model.expected_cautious(self.caution)
+            e, low = self._dflash_model(step).expected_both(self.caution)
             t = c.step_times(True, e, self._last_n, step.pending_rows > 0, ctx)
-            out += [(e[k] / t[k], low[k] / t[k], float(t[k]), Choice(DFLASH, k))
-                    for k in range(1, self.dflash_k_max + 1)]
+            t_plain = t[0]
+            out.append((DFLASH, e[1:] / t[1:], low[1:] / t[1:], t[1:]))
         for model, t in self._draft_model_costs(step):
-            e, low = model.expected(), model.expected_cautious(self.caution)
-            out += [(e[k] / t[k], low[k] / t[k], float(t[k]), Choice(DRAFT_MODEL, k)) for k in range(1, len(e))]
-        return out
+            e, low = model.expected_both(self.caution)
+            t_plain = t[0]
+            if len(e) > 1:
+                out.append((DRAFT_MODEL, e[1:] / t[1:], low[1:] / t[1:], t[1:]))
+        if t_plain is None:
+            t_plain = c.step_times(False, np.ones(1), self._last_n, False, ctx)[0]
+        return float(t_plain), out
 
     def choose(self, step: StepInfo) -> Choice:
         if step.first and self.reply_keep < 1.0:
@@ -192,22 +201,26 @@ class DraftController:
                 m.forget(self.reply_keep)
             self._lookup_passed *= self.reply_keep
             self._lookup_expected *= self.reply_keep
-        rates = self._rates(step)
-        cands = [(r, t, ch) for r, _, t, ch in rates]
-        # the best draft (by mean rate) among those whose cautious rate beats plain decoding; else plain
-        sure = [i for i in range(1, len(rates)) if rates[i][1] > rates[0][0]]
-        best = max(sure, key=lambda i: (rates[i][0], -i), default=0)  # ties go to the earlier candidate
-        _, t, choice = cands[best]
+        t_plain, rates = self._rates(step)
+        # the best draft (by mean rate) among those whose cautious rate beats plain decoding; else
+        # plain. Ties go to the earlier candidate (sources in order, then the shorter draft).
+        t, choice, best = t_plain, PLAIN_STEP, 0.0
+        for source, rate, low, ts in rates:
+            sure = low > 1.0 / t_plain
+            if sure.any():
+                i = int(np.argmax(np.where(sure, rate, -np.inf)))
+                if choice is PLAIN_STEP or rate[i] > best:
+                    t, choice, best = float(ts[i]), Choice(source, i + 1), float(rate[i])
         self._probing = False
-        if choice.k == 0 and len(cands) > 1:
+        if choice.k == 0 and rates:
             self._plain_streak += 1
             # a probe: probe_k drafts (or the lookup's whole match, if shorter) from the more
             # promising source; one that costs more than PROBE_REF of a plain step (a long context)
             # waits as many more plain steps, so that failed probes cost a short reply no more
-            longest = {x[2].source: x[2].k for x in cands[1:]}
-            spec = [x for x in cands[1:] if x[2].k == min(max(1, self.probe_k), longest[x[2].source])]
-            _, t_probe, probe = max(spec, key=lambda x: x[0])
-            extra = (t_probe - cands[0][1]) / cands[0][1]
+            probes = [(float(rate[k - 1]), float(ts[k - 1]), Choice(source, k)) for source, rate, _, ts in rates
+                      for k in [min(max(1, self.probe_k), len(rate))]]
+            _, t_probe, probe = max(probes, key=lambda x: x[0])
+            extra = (t_probe - t_plain) / t_plain
             if self._plain_streak >= self._gap * max(1.0, extra / PROBE_REF):
                 self._plain_streak = 0
                 self._probing = True
