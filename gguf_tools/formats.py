@@ -24,7 +24,7 @@ MTP = "mtp"  # a target carrying its own next-token heads
 PLAIN = "plain"  # a plain model: a target, or a classic draft model for a target with its vocabulary
 
 # the formats FlashDesk's own loop drafts from today (app.engine.sources); the rest llama-server runs
-IN_LOOP = (DFLASH_V1, PLAIN)
+IN_LOOP = (DFLASH_V1, DFLASH2, DSPARK, PLAIN)
 
 
 @dataclass(frozen=True)
@@ -66,9 +66,9 @@ def draft_format(info: GGUFInfo) -> DraftFormat:
                                f"a dflash file with {heads}; "
                                f"block {block}, target layers {layers}",
                                "the target's hidden states at its target layers, the Markov head over the previous "
-                               "draft token, an anchor-first block" + ("" if conf else "; no confidence head: "
-                                                                        "llama.cpp needs --spec-draft-p-min 0"),
-                               False)
+                               "draft token (in its graph), an anchor-first block" + (
+                                   "" if conf else "; no confidence head: llama.cpp needs --spec-draft-p-min 0"),
+                               True)
         top_k = _int(info.get("dflash.selector_top_k")) or 0
         if top_k > 0:
             rank = _int(info.get("dflash.selector_rank"))
@@ -79,8 +79,8 @@ def draft_format(info: GGUFInfo) -> DraftFormat:
                                + f"; block {block}, target layers {layers}",
                                f"the target's hidden states at its target layers, and the selector lattice over the "
                                f"top {top_k} candidates per position (read from the drafter's nextn embeddings, not "
-                               f"its logits): FlashDesk's loop does not drive it yet; llama-server's draft-dflash does",
-                               False)
+                               f"its logits, and walked as llama.cpp's draft-dflash walks it)",
+                               True)
         return DraftFormat(DFLASH_V1, "DFlash v1", "draft-dflash", f"block {block}, target layers {layers}",
                            "the target's hidden states at its target layers (FlashDesk taps them), "
                            "[anchor, mask x k] in one pass", True)

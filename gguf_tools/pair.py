@@ -16,7 +16,7 @@ from pathlib import Path
 
 from gguf_tools import validate
 from gguf_tools.errors import FlashDeskError, PairMismatch, excerpt
-from gguf_tools.formats import DFLASH_V1, MTP, PLAIN, draft_format
+from gguf_tools.formats import DFLASH2, DFLASH_V1, DSPARK, MTP, PLAIN, draft_format
 from gguf_tools.reader import GGUFInfo, read_gguf
 from gguf_tools.validate import MAX_BLOCK, MIN_BLOCK
 from native.lib import NativeBuildMissing, build_info
@@ -140,15 +140,15 @@ def check_pair(target: str | Path, drafter: str | Path,
 
     # which draft format each file is (gguf_tools.formats: the pinned llama.cpp's own rules)
     fmt = draft_format(d)
-    is_dflash = fmt.format == DFLASH_V1
+    is_dflash = fmt.format in (DFLASH_V1, DFLASH2, DSPARK)  # the dflash graphs the DFlash source drives
     if fmt.format == PLAIN:
         why = (f"the drafter's architecture is {excerpt(d.arch)}, not 'dflash': it is a plain model, not a "
                f"DFlash drafter (with the target's vocabulary it can be a classic draft model: --draft-model)")
     else:
         why = (f"the drafter is {fmt.label} ({fmt.detail}), which llama.cpp runs as {fmt.llama_type}; "
-               f"FlashDesk's loop drafts from DFlash v1 drafters and classic draft models only. It needs "
-               f"{fmt.needs}")
-    add(PairCheck("drafter_architecture", is_dflash, "the drafter is a DFlash (v1) model" if is_dflash else why))
+               f"FlashDesk's loop drafts from DFlash (v1, DFlash2, DSpark) drafters and classic draft models only. "
+               f"It needs {fmt.needs}")
+    add(PairCheck("drafter_architecture", is_dflash, f"the drafter is a {fmt.label} model" if is_dflash else why))
     t_fmt = draft_format(t)
     if t_fmt.format == MTP:  # informs only: the target can draft for itself in llama.cpp
         add(PairCheck("target_mtp", True, f"the target carries its own draft heads: {t_fmt.detail}"))
@@ -205,6 +205,16 @@ def check_pair(target: str | Path, drafter: str | Path,
     else:
         text = _token_text(d, mask)
         add(PairCheck("mask_token", True, f"mask token id {mask}" + (f" ({text})" if text is not None else "")))
+
+    if fmt.format == DFLASH2:
+        # llama.cpp drafts from the lattice when the key says DFlash2, but builds the selector only when
+        # its tensors are there: without them it would read a lattice no graph wrote
+        missing = [n for n in ("selector_hidden.weight", "selector_predecessor.weight", "selector_successor.weight")
+                   if d.tensor(n) is None]
+        add(PairCheck("dflash2_selector", not missing, f"DFlash2 selector over the top "
+                      f"{d.get('dflash.selector_top_k')} candidates" if not missing else
+                      f"dflash.selector_top_k is set but the selector's tensors are missing ({', '.join(missing)}): "
+                      f"the file is inconsistent"))
 
     bad_bs = validate.block_size_problem(d)
     bs = d.get("dflash.block_size", 16)

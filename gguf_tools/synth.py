@@ -27,6 +27,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 
+from gguf_tools.edit import copy_gguf
 from gguf_tools.header import add_transformer_header
 from gguf_tools.quantize import quantize
 from gguf_tools.reader import read_gguf
@@ -54,6 +55,27 @@ class TinyShape:
     head_dim: int = 16
     n_ff: int = 128
     n_ctx: int = 1024
+
+
+@dataclass(frozen=True)
+class DFlash2Shape:
+    """DFlash2's extra numbers (z-lab's drafters: top 16 candidates, a 2,048-token window; the
+    tiny default keeps the hidden size >= top_k * (top_k + 1), which llama.cpp requires)."""
+    conv_kernel_size: int = 3
+    conv_group_size: int = 16
+    selector_rank: int = 16
+    selector_top_k: int = 4
+    window: int = 2048
+
+
+@dataclass(frozen=True)
+class DSparkShape:
+    """DSpark's extra parts: a Markov head (markov_w1/markov_w2 of this rank: a bias on each block
+    position's logits from the previous draft token), a confidence head, and the block layout (the
+    anchor's own row drafts first unless sample_from_anchor is false)."""
+    markov_rank: int = 16
+    confidence: bool = True
+    sample_from_anchor: bool = True
 
 
 def _tiny_vocab(w: gguf.GGUFWriter, n_vocab: int = len(TINY_VOCAB)) -> None:
@@ -198,10 +220,14 @@ def write_drafter(path: str | Path, target: str | Path, *, n_layer: int = 2, tar
                   block_size: int = 16, n_head: int | None = None, n_head_kv: int | None = None,
                   head_dim: int | None = None, n_ff: int | None = None, seed: int = 1,
                   dtype: type = np.float32, mask_token_id: int | None = None,
-                  embedding_scale: float | None = None) -> Path:
+                  embedding_scale: float | None = None, dflash2: DFlash2Shape | None = None,
+                  dspark: DSparkShape | None = None) -> Path:
     """A random DFlash drafter that fits `target` (any GGUF target): hidden size,
     vocabulary and tokenizer copied from it, the target's embeddings and output
-    head shared through ctx_other (the drafter file has neither)."""
+    head shared through ctx_other (the drafter file has neither). `dflash2`: a
+    DFlash2 drafter (per-layer short convolutions and the candidate selector, the
+    keys and tensors llama.cpp's DFlash2 graph reads; no sliding window); `dspark`:
+    a DSpark drafter (its Markov and confidence heads)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     info = read_gguf(target)
@@ -229,8 +255,15 @@ def write_drafter(path: str | Path, target: str | Path, *, n_layer: int = 2, tar
     w.add_rope_freq_base(float(info.arch_get("rope.freq_base", 10000.0)))
     w.add_target_layers(layers)
     w.add_block_size(block_size)
+    if dflash2 is not None:
+        w.add_conv_kernel_size(dflash2.conv_kernel_size)
+        w.add_conv_group_size(dflash2.conv_group_size)
+        w.add_selector_rank(dflash2.selector_rank)
+        w.add_selector_top_k(dflash2.selector_top_k)
     if embedding_scale:
         w.add_float32("dflash.embedding_scale", float(embedding_scale))
+    if dspark is not None and not dspark.sample_from_anchor:
+        w.add_bool("dflash.sample_from_anchor", False)
     w.add_file_type(gguf.LlamaFileType.ALL_F32 if dtype == np.float32 else gguf.LlamaFileType.MOSTLY_F16)
     copy_vocab(w, Path(target))
     w.add_mask_token_id(int(mask_token_id))
@@ -251,8 +284,39 @@ def write_drafter(path: str | Path, target: str | Path, *, n_layer: int = 2, tar
         w.add_tensor(p + "ffn_gate.weight", r.mat(n_embd, n_ff))
         w.add_tensor(p + "ffn_up.weight", r.mat(n_embd, n_ff))
         w.add_tensor(p + "ffn_down.weight", r.mat(n_ff, n_embd))
+        if dflash2 is not None:
+            kernel, groups = dflash2.conv_kernel_size, n_embd // dflash2.conv_group_size
+            for part in ("attn", "ffn"):
+                # (a bare parameter, added to the projected kernel: kept f32)
+                w.add_tensor(p + f"{part}_conv_base",
+                             r.mat(n_embd, 2 * kernel).reshape(2, kernel, n_embd).astype(np.float32))
+                w.add_tensor(p + f"{part}_conv_proj.weight", r.mat(n_embd, 2 * kernel * groups))
+    if dflash2 is not None:
+        n_vocab, rank = len(info.get("tokenizer.ggml.tokens") or []), dflash2.selector_rank
+        w.add_tensor("selector_predecessor.weight", r.mat(rank, n_vocab, 1.0))
+        w.add_tensor("selector_successor.weight", r.mat(rank, n_vocab, 1.0))
+        w.add_tensor("selector_hidden.weight", r.mat(n_embd, rank))
+    if dspark is not None:
+        n_vocab, rank = len(info.get("tokenizer.ggml.tokens") or []), dspark.markov_rank
+        w.add_tensor("markov_w1.weight", r.mat(rank, n_vocab, 1.0))
+        w.add_tensor("markov_w2.weight", r.mat(rank, n_vocab))
+        if dspark.confidence:
+            w.add_tensor("conf_proj.weight", r.mat(n_embd + rank, 1))
+            w.add_tensor("conf_proj.bias", np.zeros(1, dtype=np.float32))
     _finish(w)
     return path
+
+
+def write_eagle3_header(path: str | Path, drafter: str | Path) -> Path:
+    """A copy of a DFlash drafter whose header says EAGLE-3 (architecture eagle3, its keys, the
+    drafter's token list): what format checks and the Model panel see of an EAGLE-3 file. Its
+    tensors are the DFlash drafter's, so llama.cpp cannot load it: header tests only."""
+    info = read_gguf(drafter)
+    return copy_gguf(drafter, path, meta={
+        "general.architecture": "eagle3", "eagle3.block_count": info.n_layer, "eagle3.embedding_length": info.n_embd,
+        "eagle3.context_length": int(info.arch_get("context_length", 4096)),
+        "eagle3.target_layers": list(info.get("dflash.target_layers") or []),
+        "eagle3.target_hidden_size": info.n_embd})
 
 
 def write_tiny_pair(out_dir: str | Path, arch: str = "qwen3", seed: int = 0, block_size: int = 8,
@@ -345,6 +409,9 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--layers", type=int, default=2)
     d.add_argument("--block-size", type=int, default=16)
     d.add_argument("--f16", action="store_true")
+    d.add_argument("--dflash2", type=int, default=0, metavar="TOP_K",
+                   help="a DFlash2 drafter whose selector keeps the top TOP_K candidates (z-lab's: 16)")
+    d.add_argument("--dspark", action="store_true", help="a DSpark drafter (Markov and confidence heads)")
     st = sub.add_parser("standin", help="write a real target shape with random Q4_K_M weights + its drafter")
     st.add_argument("out_dir", help="e.g. ~/.cache/flashdesk/standin (GBs: not the repository)")
     st.add_argument("--shape", default="qwen3-4b", choices=sorted(STANDINS))
@@ -358,5 +425,7 @@ def main(argv: list[str] | None = None) -> int:
         print(dr)
     else:
         print(write_drafter(args.out, args.target, n_layer=args.layers, block_size=args.block_size,
-                            dtype=np.float16 if args.f16 else np.float32))
+                            dtype=np.float16 if args.f16 else np.float32,
+                            dflash2=DFlash2Shape(selector_top_k=args.dflash2) if args.dflash2 else None,
+                            dspark=DSparkShape() if args.dspark else None))
     return 0

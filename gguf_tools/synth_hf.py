@@ -23,6 +23,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from gguf_tools.synth import DFlash2Shape  # noqa: F401 - its checkpoints' shape (re-exported)
+
 # words the tiny SentencePiece model is trained on (any lowercase text then tokenizes)
 _CORPUS = ("the quick brown fox jumps over the lazy dog. a speculative decoder drafts a block of tokens "
            "and the target verifies it in one pass. hello world, this is flashdesk on a tiny model. "
@@ -38,17 +40,6 @@ class HFShape:
     head_dim: int = 16
     intermediate_size: int = 128
     max_position_embeddings: int = 1024
-
-
-@dataclass(frozen=True)
-class DFlash2Shape:
-    """DFlash2's extra numbers (z-lab's drafters: top 16 candidates, a 2,048-token window; the
-    tiny default keeps the hidden size >= top_k * (top_k + 1), which llama.cpp requires)."""
-    conv_kernel_size: int = 3
-    conv_group_size: int = 16
-    selector_rank: int = 16
-    selector_top_k: int = 4
-    window: int = 2048
 
 
 def train_tiny_sentencepiece(vocab_size: int = 96) -> bytes:

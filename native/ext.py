@@ -70,6 +70,14 @@ flashdesk_dflash_readout = _bind("flashdesk_dflash_readout",
                                   ctypes.c_int32, ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_float)],
                                  ctypes.c_int32)
 
+# void flashdesk_set_nextn_output(struct llama_context * ctx, bool on, bool masked);
+flashdesk_set_nextn_output = _bind("flashdesk_set_nextn_output", [_ctx_p, ctypes.c_bool, ctypes.c_bool], None)
+
+# int32_t flashdesk_dflash2_walk(struct llama_context * ctx, int32_t n, int32_t * out_token, float * out_prob);
+flashdesk_dflash2_walk = _bind("flashdesk_dflash2_walk",
+                               [_ctx_p, ctypes.c_int32, ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_float)],
+                               ctypes.c_int32)
+
 # int32_t flashdesk_memory_breakdown(const struct llama_context * ctx, char * buf, int32_t cap);
 flashdesk_memory_breakdown = _bind("flashdesk_memory_breakdown", [_ctx_p, ctypes.c_char_p, ctypes.c_int32],
                                    ctypes.c_int32)

@@ -2,13 +2,14 @@
 
     python -m native.harness [--variant cpu] [--force] [--print-path]
 
-The harness prints the drafts llama.cpp's own `common_speculative` (draft-simple) proposes at each
-step of a greedy generation, so that tests can hold FlashDesk's draft-model source to them
-(tests/test_draft_model_equals_llama.py). It needs libllama-common, which our library build does not
-make, so it is built in the llama-server peer's work folder (native.server: the same sdist, patches
-and flags, GGML_NATIVE off), which this shares and resumes: the targets `llama-common` and the CPU
-backends, then one `c++` of the harness linked against them. The result (the program and the shared
-libraries it loads from its own folder) is cached under
+The harness prints the drafts llama.cpp's own `common_speculative` (draft-simple or draft-dflash)
+proposes at each step of a greedy generation, so that tests can hold FlashDesk's draft-model and
+DFlash sources (DFlash v1 and DFlash2) to them (tests/test_drafts_equal_llama.py). It needs
+libllama-common, which our library build does not make, so it is built in the llama-server peer's
+work folder (native.server: the same sdist, patches and flags, GGML_NATIVE off), which this shares
+and resumes: the targets `llama-common` and the CPU backends, then one `c++` of the harness linked
+against them. The result (the program and the shared libraries it loads from its own folder) is
+cached under
 
     <cache_root>/harness-<version>-<variant>-<key>/bin/spec-drafts
 

@@ -32,6 +32,26 @@ def tiny_gemma_pair(tiny_dir: Path) -> tuple[Path, Path]:
 
 
 @pytest.fixture(scope="session")
+def tiny_dflash2_pair(tiny_pair: tuple[Path, Path]) -> tuple[Path, Path]:
+    """The tiny qwen3 target and a random DFlash2 drafter for it (selector over the top 4, block 8)."""
+    from gguf_tools.synth import DFlash2Shape, write_drafter
+
+    target = tiny_pair[0]
+    return target, write_drafter(target.parent / "tiny-qwen3-dflash2.gguf", target, n_layer=2,
+                                 target_layers=[1, 3], block_size=8, seed=2, dflash2=DFlash2Shape())
+
+
+@pytest.fixture(scope="session")
+def tiny_dspark_pair(tiny_pair: tuple[Path, Path]) -> tuple[Path, Path]:
+    """The tiny qwen3 target and a random DSpark drafter for it (Markov and confidence heads, block 8)."""
+    from gguf_tools.synth import DSparkShape, write_drafter
+
+    target = tiny_pair[0]
+    return target, write_drafter(target.parent / "tiny-qwen3-dspark.gguf", target, n_layer=2,
+                                 target_layers=[1, 3], block_size=8, seed=3, dspark=DSparkShape())
+
+
+@pytest.fixture(scope="session")
 def gemma_target() -> Path:
     from app.bundled import default_target
 

@@ -30,6 +30,24 @@ def test_generate_json_on_tiny_pair(tiny_pair: tuple[Path, Path], capsys: pytest
     assert plain["tokens"] == out["tokens"] and plain["stats"]["drafted"] == 0 and plain["draft_mode"] == "plain"
 
 
+@pytest.mark.parametrize("pair", ["tiny_dflash2_pair", "tiny_dspark_pair"])
+def test_generate_with_each_dflash_format_is_plain_decoding(pair: str, request: pytest.FixtureRequest,
+                                                            capsys: pytest.CaptureFixture) -> None:
+    """A DFlash2 and a DSpark drafter (gguf_tools synth) drive the same loop: fixed drafts, the
+    hybrid and the adaptive controller all give plain decoding's tokens."""
+    t, d = request.getfixturevalue(pair)
+    base = ["generate", "--target", str(t), "--drafter", str(d), "--prompt", "the cat sat on", "--max-tokens", "24",
+            "--json"]
+    assert main([*base, "--no-spec"]) == 0
+    plain = json.loads(capsys.readouterr().out)["tokens"]
+    for mode in ("fixed", "hybrid", "adaptive"):
+        assert main([*base, "--draft-mode", mode]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["tokens"] == plain, mode
+        if mode == "fixed":
+            assert out["stats"]["drafted"] > 0
+
+
 def test_generate_reports_a_truncated_drafter_clearly(tiny_pair: tuple[Path, Path],
                                                       capsys: pytest.CaptureFixture) -> None:
     bad = tiny_pair[1].parent / "truncated.gguf"

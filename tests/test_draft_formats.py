@@ -63,8 +63,8 @@ def test_every_format_is_named(tmp_path: Path, tiny_pair: tuple[Path, Path], dfl
         "mtp_tensor_only": draft_format(read_gguf(header(
             tmp_path / "mtp2.gguf", "glm4moe", {"glm4moe.block_count": 4}, ("blk.3.nextn.eh_proj.weight",)))),
     }
-    want = {"v1": (DFLASH_V1, "draft-dflash", True), "v2": (DFLASH2, "draft-dflash", False),
-            "plain": (PLAIN, "draft-simple", True), "dspark": (DSPARK, "draft-dspark", False),
+    want = {"v1": (DFLASH_V1, "draft-dflash", True), "v2": (DFLASH2, "draft-dflash", True),
+            "plain": (PLAIN, "draft-simple", True), "dspark": (DSPARK, "draft-dspark", True),
             "eagle3": (EAGLE3, "draft-eagle3", False), "mtp": (MTP, "draft-mtp", False),
             "mtp_tensor_only": (MTP, "draft-mtp", False)}
     assert {k: (f.format, f.llama_type, f.in_loop) for k, f in got.items()} == want
@@ -73,13 +73,21 @@ def test_every_format_is_named(tmp_path: Path, tiny_pair: tuple[Path, Path], dfl
     assert "[2, 5, 8]" in got["eagle3"].detail
 
 
-def test_pair_names_the_drafter_format(tiny_pair: tuple[Path, Path], dflash2: Path, tmp_path: Path) -> None:
+def test_pair_names_the_drafter_format(tiny_pair: tuple[Path, Path], tiny_dflash2_pair: tuple[Path, Path],
+                                       tiny_dspark_pair: tuple[Path, Path], dflash2: Path, tmp_path: Path) -> None:
     target, v1 = tiny_pair
     assert check_pair(target, v1, tap_archs=TAPS).ok
+    rep = check_pair(*tiny_dspark_pair, tap_archs=TAPS)
+    assert rep.ok and rep.check("drafter_architecture").detail == "the drafter is a DSpark model"
+    # a DFlash2 drafter (gguf_tools synth: its conv and selector tensors) pairs as DFlash2
+    rep = check_pair(*tiny_dflash2_pair, tap_archs=TAPS)
+    assert rep.ok and rep.check("drafter_architecture").detail == "the drafter is a DFlash2 model"
+    assert rep.check("dflash2_selector").detail == "DFlash2 selector over the top 4 candidates"
+    # the selector's keys without its tensors: llama.cpp would read a lattice its graph never writes
     rep = check_pair(target, dflash2, tap_archs=TAPS)
-    arch = rep.check("drafter_architecture")
-    # a DFlash2 drafter must not pass as v1: the loop reads logits, DFlash2 drafts from its selector
-    assert not arch.ok and "DFlash2" in arch.detail and "draft-dflash" in arch.detail
+    assert rep.check("drafter_architecture").ok
+    sel = rep.check("dflash2_selector")
+    assert not rep.ok and not sel.ok and "selector_hidden.weight" in sel.detail and "inconsistent" in sel.detail
     plain = check_pair(target, target, tap_archs=TAPS).check("drafter_architecture")
     assert not plain.ok and "--draft-model" in plain.detail
     dm = check_draft_model(target, dflash2)

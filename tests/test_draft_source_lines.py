@@ -1,6 +1,6 @@
 """What a load says about its draft sources (app.session.draft_sources), from real engines on the tiny
-synthetic pair: the DFlash drafter, a classic draft model, none, and a DFlash2 file the loop does not
-drive yet (left out of the load, with the reason, instead of refusing it)."""
+synthetic pair: the DFlash drafter (v1 and DFlash2), a classic draft model, none, and an EAGLE-3 file the
+loop does not drive yet (left out of the load, with the reason, instead of refusing it)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ from app.errors import PairMismatch
 from app.session.draft_sources import draft_source_lines, without_undriven_drafter
 from app.session.models import ModelSpec, check_spec, load_engine
 from gguf_tools.edit import copy_gguf
-
-SELECTOR = {"dflash.selector_top_k": 16, "dflash.selector_rank": 32, "dflash.attention.sliding_window": 2048}
+from gguf_tools.synth import write_eagle3_header
 
 
 def _lines(spec: ModelSpec, left_out: str | None = None) -> tuple[str, ...]:
@@ -38,16 +37,25 @@ def test_each_source_in_use_is_named_with_its_reason(tiny_pair: tuple[Path, Path
     assert _lines(ModelSpec(target)) == ("no drafter: plain decoding with the context lookup",)
 
 
-def test_a_dflash2_drafter_is_left_out_with_the_reason(tiny_pair: tuple[Path, Path], tmp_path: Path) -> None:
+def test_dflash2_and_dspark_drafters_are_named_by_format(tiny_dflash2_pair: tuple[Path, Path],
+                                                         tiny_dspark_pair: tuple[Path, Path]) -> None:
+    for (target, drafter), kind in ((tiny_dflash2_pair, "DFlash2 drafter (its selector's walk)"),
+                                    (tiny_dspark_pair, "DSpark drafter (its Markov head)")):
+        assert _lines(ModelSpec(str(target), str(drafter)))[0] == (
+            f"{kind} {drafter.name} in use: blocks of 8 (up to 7 drafts a step), fed the target's hidden states")
+
+
+def test_an_undriven_drafter_is_left_out_with_the_reason(tiny_pair: tuple[Path, Path], tmp_path: Path) -> None:
     target, v1 = tiny_pair
-    v2 = copy_gguf(v1, tmp_path / "tiny-dflash2.gguf", meta=SELECTOR)
-    chosen = ModelSpec(str(target), str(v2), n_ctx=256, n_threads=1)
-    with pytest.raises(PairMismatch, match="DFlash2"):  # as a drafter the pair check refuses it
+    # an EAGLE-3 drafter, as far as its header says (the loop does not drive the format)
+    e3 = write_eagle3_header(tmp_path / "tiny-eagle3.gguf", v1)
+    chosen = ModelSpec(str(target), str(e3), n_ctx=256, n_threads=1)
+    with pytest.raises(PairMismatch, match="EAGLE-3"):  # as a drafter the pair check refuses it
         check_spec(chosen)
     spec, why = without_undriven_drafter(chosen)
     assert spec.drafter is None and spec.target == chosen.target
-    assert why == ("DFlash2 file tiny-dflash2.gguf: not yet driven by FlashDesk's loop, using the context lookup "
-                   "only (llama-server runs it as draft-dflash)")
+    assert why == ("EAGLE-3 file tiny-eagle3.gguf: not yet driven by FlashDesk's loop, using the context lookup "
+                   "only (llama-server runs it as draft-eagle3)")
     e = load_engine(spec)
     try:
         assert not e.has_drafter

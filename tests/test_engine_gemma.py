@@ -55,6 +55,28 @@ def test_random_drafter_and_oracle_drafts_are_lossless(gemma_engine: Engine) -> 
     assert rep.max_deficit <= NEAR_TIE_MARGIN
 
 
+@pytest.mark.parametrize("fmt", ["dflash2", "dspark"])
+def test_dflash2_and_dspark_drafters_are_lossless_on_the_real_target(gemma_target: Path, fmt: str,
+                                                                     tmp_path: Path) -> None:
+    """Random DFlash2 (z-lab's top 16) and DSpark drafters for Gemma's 262k vocabulary: the selector's
+    lattice and the Markov head at full width, then the teacher-forced check."""
+    from app.engine.dflash import EngineConfig
+    from gguf_tools.synth import DFlash2Shape, DSparkShape, write_drafter
+
+    extra = {"dflash2": DFlash2Shape(selector_top_k=16)} if fmt == "dflash2" else {"dspark": DSparkShape()}
+    drafter = write_drafter(tmp_path / f"gemma-{fmt}.gguf", gemma_target, n_layer=1, dtype=np.float16, **extra)
+    e = Engine(gemma_target, drafter, EngineConfig(n_ctx=512))
+    try:
+        assert e.drafter_format == fmt
+        prompt = e.tokenize(PROMPT)
+        spec, ev = generate(e, prompt, GenerationParams(max_tokens=24, draft_max=4))
+        assert ev.stats.drafted > 0
+        rep = check_lossless(e, prompt, spec)
+        assert rep.lossless, rep.hard_mismatches
+    finally:
+        e.close()
+
+
 def test_lossless_check_rejects_a_corrupted_output(gemma_engine: Engine) -> None:
     e = gemma_engine
     prompt = e.tokenize(PROMPT)

@@ -246,8 +246,10 @@ def test_cli_convert(hf_target, tmp_path: Path) -> None:
 def test_dflash2_equals_reference_and_loads_with_its_selector(reference: Path, hf_target, tmp_path: Path) -> None:
     """A DFlash2-shaped checkpoint (conv, selector, sliding window): our file equals the reference's
     byte for byte, and the pinned llama.cpp loads it as DFlash2 (its loader checks every conv and
-    selector shape against the keys, and refuses a DFlash2 file missing them)."""
-    from app.engine.llama_objects import LlamaModel
+    selector shape against the keys, and refuses a DFlash2 file missing them); FlashDesk's loop drafts
+    from it, and the reply is plain decoding's."""
+    from app.engine.dflash import Engine, EngineConfig
+    from app.engine.params import GenerationParams
     from gguf_tools.formats import DFLASH2, draft_format
     from gguf_tools.reader import read_gguf
     from gguf_tools.synth_hf import DFlash2Shape
@@ -261,6 +263,13 @@ def test_dflash2_equals_reference_and_loads_with_its_selector(reference: Path, h
     meta = assert_same_gguf(ref, ours)
     assert meta["dflash.selector_top_k"][1] == 4 and meta["dflash.attention.sliding_window"][1] == 2048
     assert draft_format(read_gguf(ours)).format == DFLASH2
-    m = LlamaModel(ours)
-    m.close()
-    assert not check_pair(target_gguf, ours, tap_archs=("llama",)).ok  # the loop does not drive DFlash2 yet
+    assert check_pair(target_gguf, ours, tap_archs=("llama",)).ok
+    e = Engine(target_gguf, ours, EngineConfig(n_ctx=256, n_threads=1))
+    try:
+        assert e.drafter_format == DFLASH2
+        prompt = e.tokenize("the quick brown fox")
+        runs = [list(e.generate(prompt, GenerationParams(max_tokens=24, speculative=s))) for s in (False, True)]
+        plain, spec = ([t for ev in r for t in ev.tokens] for r in runs)
+        assert spec == plain and runs[1][-1].stats.drafted > 0
+    finally:
+        e.close()

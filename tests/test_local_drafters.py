@@ -1,6 +1,6 @@
 """The drafters a target has on this machine (app.hub.local_drafters), the catalog's drafters per
 target, and `pair`/`inspect` on a target carrying MTP heads: real tiny GGUFs from gguf_tools.synth,
-header-level copies for the formats synth cannot write as a model (DFlash2, MTP)."""
+header-level copies for the formats synth cannot write as a model (EAGLE-3, MTP)."""
 
 from __future__ import annotations
 
@@ -16,20 +16,29 @@ from app.hub.local_drafters import ROLE_DRAFT_MODEL, ROLE_DRAFTER, ROLE_MTP, fin
 from gguf_tools.edit import copy_gguf
 from gguf_tools.inspect import format_report, inspect_gguf
 from gguf_tools.pair import check_pair
-from gguf_tools.synth import TinyShape, write_tiny_pair, write_tiny_target
+from gguf_tools.synth import (
+    DFlash2Shape,
+    TinyShape,
+    write_drafter,
+    write_eagle3_header,
+    write_tiny_pair,
+    write_tiny_target,
+)
 
 TAPS = ("qwen3", "gemma3")
-SELECTOR = {"dflash.selector_top_k": 16, "dflash.selector_rank": 32, "dflash.attention.sliding_window": 2048}
 
 
 @pytest.fixture(scope="module")
 def shelf(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """A folder as a user has it: a target, its DFlash drafter, a DFlash2 drafter, a smaller model of
-    the same family (named as the catalog's classic draft model), and files that do not fit."""
+    """A folder as a user has it: a target, its DFlash drafter, a DFlash2 drafter, an EAGLE-3 file (the
+    loop does not drive it), a smaller model of the same family (named as the catalog's classic draft
+    model), and files that do not fit."""
     d = tmp_path_factory.mktemp("shelf")
     target, v1 = write_tiny_pair(d, "qwen3")
     files = {"target": target, "v1": v1}
-    files["v2"] = copy_gguf(v1, d / "tiny-dflash2.gguf", meta=SELECTOR)
+    files["v2"] = write_drafter(d / "tiny-dflash2.gguf", target, target_layers=[1, 3], block_size=8,
+                                dflash2=DFlash2Shape())
+    files["e3"] = write_eagle3_header(d / "tiny-eagle3.gguf", v1)
     files["small"] = write_tiny_target(d / "Qwen3-0.6B-Q8_0.gguf", "qwen3", TinyShape(n_layer=1), seed=3)
     # a drafter reading a layer this target does not have: its pair check fails
     files["bad"] = copy_gguf(v1, d / "tiny-other-target-dflash.gguf", meta={"dflash.target_layers": [1, 9]})
@@ -43,14 +52,16 @@ def test_finds_the_drafters_of_a_target_by_format(shelf: dict[str, Path]) -> Non
     found = find_drafters(shelf["target"], folders=[shelf["target"].parent], catalog=load_catalog(), tap_archs=TAPS)
     got = [(Path(o.path).name, o.role, o.format_label, o.usable) for o in found]
     assert got == [
+        ("tiny-dflash2.gguf", ROLE_DRAFTER, "DFlash2", True),
         (shelf["v1"].name, ROLE_DRAFTER, "DFlash v1", True),
         ("Qwen3-0.6B-Q8_0.gguf", ROLE_DRAFT_MODEL, "classic draft model", True),
-        ("tiny-dflash2.gguf", ROLE_DRAFTER, "DFlash2", False),
+        ("tiny-eagle3.gguf", ROLE_DRAFTER, "EAGLE-3", False),
     ]
-    v1, small, v2 = found
+    v2, v1, small, e3 = found
     assert small.why == "shares the target's token list"
     assert small.catalog_title == "Qwen3 0.6B Q8_0 (classic draft model)"
-    assert "selector" in v2.why and "not driven by FlashDesk yet" in v2.text
+    assert v2.why == "the pair check passed"
+    assert "one pass per draft token" in e3.why and "not driven by FlashDesk yet" in e3.text
     assert v1.text == f"{shelf['v1'].name} — DFlash v1 (drafter)"
 
 

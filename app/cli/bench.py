@@ -97,6 +97,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                               partial=(lambda r: runner.write_json(r, args.json)) if args.json else None)
         result["target"] = str(engine.target.path)
         result["drafter"] = str(engine.drafter.path) if engine.drafter else None
+        result["drafter_format"] = engine.drafter_format if engine.drafter else None  # dflash, dflash2, dspark
         result["drafter_window"] = engine.drafter_window  # 0: the drafter attends to the whole context
     finally:
         engine.close()

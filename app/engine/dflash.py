@@ -61,6 +61,7 @@ from app.engine.sources import DRAFT_MODEL_K_MAX, DFlashSource, DraftModelSource
 from app.engine.stats import GenerationStats
 from app.engine.text_stream import TextStream
 from app.errors import ContextOverflow, ModelLoadError
+from gguf_tools.formats import DFLASH2, DFLASH_V1, DSPARK, draft_format
 from gguf_tools.pair import PairReport, check_pair
 from gguf_tools.reader import read_gguf
 from gguf_tools.validate import read_d2t
@@ -160,6 +161,8 @@ class Engine:
         self.drafter: LlamaModel | None = None
         self.dctx: LlamaContext | None = None
         self.block_size = 1
+        self.drafter_format = DFLASH_V1
+        self._anchor_first = False
         self.target_layers: list[int] = []
         if drafter is not None:
             self._load_drafter(Path(drafter), cfg, stage("drafter"))
@@ -179,6 +182,13 @@ class Engine:
         self.drafter = LlamaModel(path, cfg.drafter_placement, progress)
         self.target_layers = self.drafter.target_layers()
         self.block_size = int(self.drafter.meta("dflash.block_size") or 16)
+        # which DFlash graph (gguf_tools.formats, the pinned llama.cpp's rules): v1 drafts from its
+        # logits at [anchor, mask x k]; DFlash2 from the selector lattice its graph writes as nextn
+        # embeddings; DSpark from its logits biased by a Markov head, the anchor's own row drafting
+        # first unless its header says otherwise (llama.cpp's draft-dflash / draft-dspark)
+        self.drafter_format = draft_format(self.drafter.info).format
+        self._anchor_first = (self.drafter_format == DSPARK
+                              and (self.drafter.meta("dflash.sample_from_anchor") or "true") == "true")
         self.mask_token = self.drafter.mask_token()
         if self.mask_token < 0:
             raise ModelLoadError(f"{path}: the drafter has no usable mask token")
@@ -207,7 +217,10 @@ class Engine:
             n_ctx=n_ctx, n_batch=self._d_ubatch, n_ubatch=self._d_ubatch, n_threads=self.config.n_threads,
             non_causal=not causal), other=self.ctx)
         self._dctx_cells = n_ctx
-        if self._d2t.size:
+        if self.drafter_format == DFLASH2:
+            self.dctx.set_dflash2_lattice()
+        elif self._d2t.size and self.drafter_format == DFLASH_V1:
+            # (DFlash2's selector and DSpark's Markov head read the target-wide logits: never compact)
             self.dctx.set_dflash_compact_logits()
 
     def _register_sources(self, draft_model: str | Path | None, cfg: EngineConfig,
@@ -584,17 +597,24 @@ class Engine:
         """k drafts (and, if asked, the drafter's probability of each)."""
         self._flush(st)
         t0 = time.perf_counter()
-        block = [anchor] + [self.mask_token] * k
-        # every entry is an output: the dflash graph computes logits for all
-        # block rows without output-id filtering, so a partial output mask
-        # would misalign rows (the parity test caught this)
-        self._dbatch.set(block, n_past, True)
+        # the drafts are block rows row0..row0+k-1: after the anchor, or from it (DSpark)
+        row0 = 0 if self._anchor_first else 1
+        block = [anchor] + [self.mask_token] * (k + row0 - 1)
+        lattice = self.drafter_format == DFLASH2
+        # v1 and DSpark: every entry is an output: the dflash graph computes logits
+        # for all block rows without output-id filtering, so a partial output mask
+        # would misalign rows (the parity test caught this). DFlash2: none is, no
+        # logits leave the graph, its lattice has a row per block token anyway
+        # (llama.cpp's draft-dflash marks no outputs for DFlash2 either)
+        self._dbatch.set(block, n_past, not lattice)
         self.dctx.decode(self._dbatch)
-        if self._d2t.size:
-            toks, conf = self.dctx.dflash_readout(1, k, self._d2t, with_confidence)
+        if lattice:
+            toks, conf = self.dctx.dflash2_walk(k, with_confidence)
+        elif self._d2t.size and self.drafter_format == DFLASH_V1:
+            toks, conf = self.dctx.dflash_readout(row0, k, self._d2t, with_confidence)
         else:
-            toks, _ = self.dctx.argmax_rows(list(range(1, k + 1)))
-            conf = self._confidence(k) if with_confidence else None
+            toks, _ = self.dctx.argmax_rows(list(range(row0, row0 + k)))
+            conf = self._confidence(row0, k) if with_confidence else None
         t_llama = time.perf_counter() - t0
         t1 = time.perf_counter()
         # the block's own K/V must not stay: later blocks would attend to it
@@ -604,11 +624,11 @@ class Engine:
         st.t_llama_s += t_llama + (t_end - t1)
         return toks.tolist(), conf
 
-    def _confidence(self, k: int) -> np.ndarray:
-        """The drafter's softmax probability of its own argmax at rows 1..k (a full-vocabulary drafter)."""
+    def _confidence(self, row0: int, k: int) -> np.ndarray:
+        """The drafter's softmax probability of its own argmax at rows row0..row0+k-1 (target-wide logits)."""
         out = np.empty(k, dtype=np.float64)
         for i in range(k):
-            x = self.dctx.logits_row(i + 1)
+            x = self.dctx.logits_row(row0 + i)
             out[i] = 1.0 / float(np.exp(x - x.max()).sum())
         return out
 

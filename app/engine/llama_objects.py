@@ -427,6 +427,23 @@ class LlamaContext:
             raise GenerationError(f"{self.model.path}: no draft logits to read")
         return tok, prob
 
+    def set_dflash2_lattice(self) -> None:
+        """A DFlash2 drafter: output its selector lattice (a row per block token, read with
+        dflash2_walk). Before the first decode."""
+        ext.flashdesk_set_nextn_output(self.ptr, True, False)
+
+    def dflash2_walk(self, n: int, with_prob: bool) -> tuple[np.ndarray, np.ndarray | None]:
+        """(the drafts of block rows 1..n, the selector's probability of each) from the last
+        decode's lattice, walked in C as llama.cpp's draft-dflash walks it."""
+        tok = np.empty(n, dtype=np.int32)
+        prob = np.empty(n, dtype=np.float32) if with_prob else None
+        rc = ext.flashdesk_dflash2_walk(self.ptr, n, tok.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)),
+                                        prob.ctypes.data_as(ctypes.POINTER(ctypes.c_float)) if prob is not None
+                                        else None)
+        if rc != 0:
+            raise GenerationError(f"{self.model.path}: no DFlash2 selector lattice to read")
+        return tok, prob
+
     def logits_row(self, row: int) -> np.ndarray:
         """A view of one output row's logits (valid until the next decode)."""
         self._logits_here()

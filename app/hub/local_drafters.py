@@ -3,9 +3,9 @@
 Looked for in the target's own folder, the models folder (catalog downloads) and the bundled
 drafters; each file's draft format comes from its header (gguf_tools.formats) and it is offered
 only when it fits this target:
-- a drafter the loop drives (DFlash v1) whose pair check passes (`--drafter`);
+- a drafter the loop drives (DFlash v1, DFlash2, DSpark) whose pair check passes (`--drafter`);
 - a plain model with the target's token list and a smaller file (a classic draft model, `--draft-model`);
-- a DFlash2, DSpark or EAGLE-3 drafter with the target's token list (or none of its own), and the target's own MTP
+- an EAGLE-3 drafter with the target's token list (or none of its own), and the target's own MTP
   heads: listed, not usable, with the reason (FlashDesk's loop does not drive them yet).
 Header reads only (the reader decodes no token list), so a scan of a models folder is quick.
 """
@@ -96,7 +96,7 @@ def _option(target: Path, t_info: GGUFInfo, path: Path, tap_archs: tuple[str, ..
     try:
         info = read_gguf(path)
         fmt = draft_format(info)
-        if fmt.format not in (PLAIN, MTP) and fmt.in_loop:  # DFlash v1 today (gguf_tools.formats.IN_LOOP)
+        if fmt.format not in (PLAIN, MTP) and fmt.in_loop:  # the DFlash graphs (gguf_tools.formats.IN_LOOP)
             rep = check_pair(target, path, tap_archs=tap_archs)
             return DrafterOption(str(path), ROLE_DRAFTER, fmt.label, True, "the pair check passed") if rep.ok else None
         if fmt.format == PLAIN:

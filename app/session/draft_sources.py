@@ -1,6 +1,6 @@
 """Which draft sources a load uses, and why: what the Model panel shows after a load (Qt-free).
 
-A drafter file in a format FlashDesk's loop does not drive yet (DFlash2, DSpark, EAGLE-3: see
+A drafter file in a format FlashDesk's loop does not drive yet (EAGLE-3: see
 gguf_tools.formats' `in_loop`) is left out of the load, which goes on with the target and the
 context lookup and says so, as Unsloth Studio says why it falls back; every other drafter problem
 still refuses the load (check_spec). The lines come from the loaded engine's source registry
@@ -16,7 +16,7 @@ from app.engine.dflash import Engine
 from app.engine.draft_policy import DFLASH, DRAFT_MODEL, LOOKUP
 from app.errors import FlashDeskError
 from app.session.models import ModelSpec
-from gguf_tools.formats import MTP, draft_format
+from gguf_tools.formats import DFLASH2, DSPARK, MTP, draft_format
 from gguf_tools.reader import read_gguf
 
 
@@ -42,7 +42,9 @@ def draft_source_lines(engine: Engine, spec: ModelSpec, left_out: str | None = N
     names = [n for n in engine.sources if n != LOOKUP]
     for name in names:
         if name == DFLASH:
-            lines.append(f"DFlash drafter {Path(spec.drafter or '').name} in use: blocks of {engine.block_size} "
+            kind = {DFLASH2: "DFlash2 drafter (its selector's walk)", DSPARK: "DSpark drafter (its Markov head)"
+                    }.get(engine.drafter_format, "DFlash drafter")
+            lines.append(f"{kind} {Path(spec.drafter or '').name} in use: blocks of {engine.block_size} "
                          f"(up to {engine.block_size - 1} drafts a step), fed the target's hidden states")
         elif name == DRAFT_MODEL:
             lines.append(f"draft model {Path(spec.draft_model or '').name} in use: shares the target's vocabulary "

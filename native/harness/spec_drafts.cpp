@@ -1,9 +1,12 @@
-// spec_drafts: the drafts llama.cpp's own common_speculative (draft-simple) proposes at each step
-// of a greedy generation, printed as JSON, for comparing FlashDesk's draft-model source with it.
+// spec_drafts: the drafts llama.cpp's own common_speculative proposes at each step of a greedy
+// generation, printed as JSON, for comparing FlashDesk's draft sources with it: draft-simple (a
+// classic draft model), draft-dflash (a DFlash v1 or DFlash2 drafter) or draft-dspark, the last two
+// fed the target's layer inputs through `common_speculative_process` after every target decode, as
+// llama-server does.
 // Built by native.harness against the pinned, patched tree's libllama + libllama-common.
 //
-//   spec-drafts --target T.gguf --draft D.gguf --tokens 1,2,3 [--n-max 3] [--n-min 0]
-//               [--p-min 0] [--max-tokens 32] [--n-ctx 512] [--threads 2]
+//   spec-drafts --target T.gguf --draft D.gguf --tokens 1,2,3 [--type simple|dflash|dspark] [--n-max 3]
+//               [--n-min 0] [--p-min 0] [--max-tokens 32] [--n-ctx 512] [--threads 2]
 //
 // The loop is examples/speculative-simple's, with two choices that mirror FlashDesk's loop: the
 // target's pick is the argmax of its logits (greedy acceptance), and a step whose room for drafts
@@ -33,7 +36,7 @@ static std::string ids_json(const std::vector<llama_token> & ids) {
 }
 
 int main(int argc, char ** argv) {
-    std::string path_tgt, path_dft, tokens_arg;
+    std::string path_tgt, path_dft, tokens_arg, type = "simple";
     int n_max = 3, n_min = 0, max_tokens = 32, n_ctx = 512, n_threads = 2;
     float p_min = 0.0f;
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -41,6 +44,7 @@ int main(int argc, char ** argv) {
         if      (k == "--target")     path_tgt   = v;
         else if (k == "--draft")      path_dft   = v;
         else if (k == "--tokens")     tokens_arg = v;
+        else if (k == "--type")       type       = v;
         else if (k == "--n-max")      n_max      = std::atoi(v.c_str());
         else if (k == "--n-min")      n_min      = std::atoi(v.c_str());
         else if (k == "--p-min")      p_min      = std::strtof(v.c_str(), nullptr);
@@ -73,20 +77,26 @@ int main(int argc, char ** argv) {
     cp.n_ctx = n_ctx;
     cp.n_batch = cp.n_ubatch = 512;
     cp.n_threads = cp.n_threads_batch = n_threads;
+    const bool fed = type == "dflash" || type == "dspark";  // drafters fed the target's layer inputs
+    if (type != "simple" && !fed) { fprintf(stderr, "--type is simple, dflash or dspark\n"); return 2; }
     llama_context * ctx_tgt = llama_init_from_model(model_tgt, cp);
-    llama_context * ctx_dft = llama_init_from_model(model_dft, cp);
+    llama_context_params cpd = cp;
+    if (fed) cpd.ctx_other = ctx_tgt;  // the drafter shares the target's embeddings and head
+    llama_context * ctx_dft = llama_init_from_model(model_dft, cpd);
     if (!ctx_tgt || !ctx_dft) { fprintf(stderr, "failed to create the contexts\n"); return 1; }
     const int32_t n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model_tgt));
 
     common_params_speculative sp;
-    sp.types = { COMMON_SPECULATIVE_TYPE_DRAFT_SIMPLE };
+    sp.types = { type == "dflash" ? COMMON_SPECULATIVE_TYPE_DRAFT_DFLASH
+               : type == "dspark" ? COMMON_SPECULATIVE_TYPE_DRAFT_DSPARK : COMMON_SPECULATIVE_TYPE_DRAFT_SIMPLE };
+    sp.draft.backend_sampling = false;  // drafts read on the CPU, as FlashDesk reads them
     sp.draft.n_max = n_max;
     sp.draft.n_min = n_min;
     sp.draft.p_min = p_min;
     sp.draft.ctx_tgt = ctx_tgt;
     sp.draft.ctx_dft = ctx_dft;
     common_speculative * spec = common_speculative_init(sp, 1);
-    if (!spec) { fprintf(stderr, "failed to initialise draft-simple\n"); return 1; }
+    if (!spec) { fprintf(stderr, "failed to initialise draft-%s\n", type.c_str()); return 1; }
 
     const llama_seq_id seq = 0;
     {   // the prompt but its last token, into the target and (through the speculator) the draft
@@ -141,8 +151,8 @@ int main(int argc, char ** argv) {
         llama_memory_seq_rm(llama_get_memory(ctx_dft), seq, n_past, -1);
         if (eog) break;
     }
-    printf("{\"n_max\":%d,\"n_min\":%d,\"p_min\":%g,\"steps\":[%s],\"output\":%s}\n",
-           n_max, n_min, p_min, steps.c_str(), ids_json(out).c_str());
+    printf("{\"type\":\"%s\",\"n_max\":%d,\"n_min\":%d,\"p_min\":%g,\"steps\":[%s],\"output\":%s}\n",
+           type.c_str(), n_max, n_min, p_min, steps.c_str(), ids_json(out).c_str());
 
     common_speculative_free(spec);
     llama_free(ctx_dft);

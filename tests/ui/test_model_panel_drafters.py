@@ -15,10 +15,8 @@ from app.session.models import ModelSpec
 from app.ui.model_manager import ModelManagerDialog
 from app.ui.model_panel import ModelPanel
 from gguf_tools.edit import copy_gguf
-from gguf_tools.synth import TinyShape, write_tiny_target
+from gguf_tools.synth import TinyShape, write_eagle3_header, write_tiny_target
 from tests.ui.conftest import LOAD_TIMEOUT_MS
-
-SELECTOR = {"dflash.selector_top_k": 16, "dflash.selector_rank": 32, "dflash.attention.sliding_window": 2048}
 
 
 @pytest.fixture(autouse=True)
@@ -56,13 +54,13 @@ def test_the_bundled_drafter_is_offered_for_the_bundled_target(qtbot, gemma_targ
     assert panel.spec().drafter is None
 
 
-def test_a_draft_model_and_a_dflash2_file_are_offered_by_format(qtbot, tiny_pair, tmp_path: Path) -> None:  # noqa
+def test_a_draft_model_and_an_eagle3_file_are_offered_by_format(qtbot, tiny_pair, tmp_path: Path) -> None:  # noqa
     target, v1 = tiny_pair
     shelf = tmp_path / "shelf"
     shelf.mkdir()
     t = Path(copy_gguf(target, shelf / target.name))
     small = write_tiny_target(shelf / "tiny-small.gguf", "qwen3", TinyShape(n_layer=1), seed=3)
-    copy_gguf(v1, shelf / "tiny-dflash2.gguf", meta=SELECTOR)
+    write_eagle3_header(shelf / "tiny-eagle3.gguf", v1)
     panel = ModelPanel()
     qtbot.addWidget(panel)
     panel.target_edit.setText(str(t))
@@ -70,9 +68,9 @@ def test_a_draft_model_and_a_dflash2_file_are_offered_by_format(qtbot, tiny_pair
     assert _items(panel)[1:] == [
         ("none: plain decoding with the context lookup", True),
         ("tiny-small.gguf — classic draft model (draft model)", True),
-        ("tiny-dflash2.gguf — DFlash2 (drafter): not driven by FlashDesk yet", False),
+        ("tiny-eagle3.gguf — EAGLE-3 (drafter): not driven by FlashDesk yet", False),
     ]
-    assert "selector" in panel.found_combo.model().item(3).toolTip()
+    assert "one pass per draft token" in panel.found_combo.model().item(3).toolTip()
     _pick(qtbot, panel, "tiny-small.gguf")
     spec = panel.spec()
     assert spec.draft_model == str(small.resolve()) and spec.drafter is None
@@ -84,14 +82,14 @@ def test_a_draft_model_and_a_dflash2_file_are_offered_by_format(qtbot, tiny_pair
 
 def test_the_panel_shows_which_source_is_in_use_and_why(qtbot, open_window, tiny_spec: ModelSpec,  # noqa: ANN001
                                                          tmp_path: Path) -> None:
-    v2 = copy_gguf(tiny_spec.drafter, tmp_path / "tiny-dflash2.gguf", meta=SELECTOR)
+    v2 = write_eagle3_header(tmp_path / "tiny-eagle3.gguf", tiny_spec.drafter)
     chosen = ModelSpec(tiny_spec.target, str(v2), n_ctx=tiny_spec.n_ctx, n_threads=1)
     w = open_window(tmp_path / "db.sqlite3", chosen)
     panel = w.model_panel
     # loaded without it, and the panel says why (the engine process's words)
     assert not w.model_info.has_drafter
-    assert ("DFlash2 file tiny-dflash2.gguf: not yet driven by FlashDesk's loop, using the context lookup only "
-            "(llama-server runs it as draft-dflash)\nno drafter: plain decoding with the context lookup"
+    assert ("EAGLE-3 file tiny-eagle3.gguf: not yet driven by FlashDesk's loop, using the context lookup only "
+            "(llama-server runs it as draft-eagle3)\nno drafter: plain decoding with the context lookup"
             ) in panel.status_label.text()
     assert panel.drafter_edit.text() == str(v2)  # the user's choice stays in its field
     # the compatible DFlash drafter next to the target is offered: pick it, load, and the panel says so
