@@ -23,7 +23,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from gguf_tools.synth import DFlash2Shape  # noqa: F401 - its checkpoints' shape (re-exported)
+from gguf_tools.synth import DFlash2Shape
 
 # words the tiny SentencePiece model is trained on (any lowercase text then tokenizes)
 _CORPUS = ("the quick brown fox jumps over the lazy dog. a speculative decoder drafts a block of tokens "

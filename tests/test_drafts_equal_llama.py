@@ -132,29 +132,14 @@ def whole_blocks(steps: list[dict], k: int) -> list[dict]:
     return [s for s in drafting(steps) if len(s["drafts"]) == k]
 
 
-@pytest.fixture(scope="module")
-def dflash2_drafter(tiny_pair: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from gguf_tools.synth import DFlash2Shape, write_drafter
-
-    return write_drafter(tmp_path_factory.mktemp("d2") / "tiny-dflash2.gguf", tiny_pair[0], n_layer=2,
-                         target_layers=[1, 3], block_size=8, seed=5, dflash2=DFlash2Shape())
+# the pair fixture (conftest: the tiny target with each kind of drafter), llama.cpp's type for its drafter
+FORMATS = {"v1": ("tiny_pair", "dflash"), "dflash2": ("tiny_dflash2_pair", "dflash"),
+           "dspark": ("tiny_dspark_pair", "dspark")}
 
 
-@pytest.fixture(scope="module")
-def dspark_drafter(tiny_pair: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from gguf_tools.synth import DSparkShape, write_drafter
-
-    return write_drafter(tmp_path_factory.mktemp("ds") / "tiny-dspark.gguf", tiny_pair[0], n_layer=2,
-                         target_layers=[1, 3], block_size=8, seed=6, dspark=DSparkShape())
-
-
-# (the drafter fixture, llama.cpp's type for it)
-FORMATS = {"v1": (None, "dflash"), "dflash2": ("dflash2_drafter", "dflash"), "dspark": ("dspark_drafter", "dspark")}
-
-
-def _drafter(fmt: str, tiny_pair: tuple[Path, Path], request: pytest.FixtureRequest) -> tuple[Path, str]:
+def _drafter(fmt: str, request: pytest.FixtureRequest) -> tuple[Path, str]:
     fixture, kind = FORMATS[fmt]
-    return (tiny_pair[1] if fixture is None else request.getfixturevalue(fixture)), kind
+    return request.getfixturevalue(fixture)[1], kind
 
 
 @pytest.mark.parametrize("fmt", list(FORMATS))
@@ -163,7 +148,7 @@ def test_dflash_drafts_equal_llama_cpp(harness: Path, tiny_pair: tuple[Path, Pat
                                        request: pytest.FixtureRequest) -> None:
     """DFlash v1, DFlash2 and DSpark drafters, each against llama.cpp's own draft type for it."""
     target = tiny_pair[0]
-    drafter, kind = _drafter(fmt, tiny_pair, request)
+    drafter, kind = _drafter(fmt, request)
     prompt, ours, out = our_steps(target, drafter, k, 40, DFLASH)
     ref = llama_steps(harness, target, drafter, prompt, k, 40, kind=kind)
     assert ref["output"] == out
@@ -177,7 +162,7 @@ def test_a_drafter_read_as_v1_differs(harness: Path, tiny_pair: tuple[Path, Path
     """DFlash2's selector disabled (its logits' argmax), DSpark's anchor-first layout ignored (v1's
     block): the comparison above fails, so it sees what each format does differently."""
     target, k = tiny_pair[0], 7
-    drafter, kind = _drafter(fmt, tiny_pair, request)
+    drafter, kind = _drafter(fmt, request)
     prompt, ours, out = our_steps(target, drafter, k, 40, DFLASH, as_v1=True)
     ref = llama_steps(harness, target, drafter, prompt, k, 40, kind=kind)
     assert ref["output"] == out  # lossless either way

@@ -252,7 +252,7 @@ def test_dflash2_equals_reference_and_loads_with_its_selector(reference: Path, h
     from app.engine.params import GenerationParams
     from gguf_tools.formats import DFLASH2, draft_format
     from gguf_tools.reader import read_gguf
-    from gguf_tools.synth_hf import DFlash2Shape
+    from gguf_tools.synth import DFlash2Shape
 
     tdir, target_gguf, vocab = hf_target
     ckpt = write_zlab_checkpoint(tmp_path / "Tiny-DFlash2", vocab_size=vocab, mask_token_id=3,
