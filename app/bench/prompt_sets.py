@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from app.bundled import ASSETS
 from app.chat.format import ChatMessage, PromptFormat
+from app.distill.corpus import HELDOUT_SETS, load_corpus
 from app.documents.answer import answer_prompt
 from app.documents.index import DocumentIndex
 from app.documents.indexer import Indexer
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 LOW_ACCEPTANCE = ASSETS / "prompts" / "low_acceptance.jsonl"
 CHAT = ASSETS / "prompts" / "chat.jsonl"
 DOCQA_DIR = ASSETS / "prompts" / "docqa"
-NAMES = ("humaneval", "low-acceptance", "chat", "docqa", "docqa-long")
+NAMES = ("humaneval", "low-acceptance", "chat", "docqa", "docqa-long", "heldout")
 LICENSES_DIR = Path("/usr/share/common-licenses")
 # prompt sizes in tokens (the last leaves room for a 128-token reply in the target's 32,768)
 DOCQA_LONG_SIZES = {"2k": 2048, "8k": 8192, "16k": 16384, "32k": 32512}
@@ -95,6 +96,14 @@ def humaneval_prompts() -> list[dict]:
 
     return [{"id": tid, "prompt": p["prompt"], "category": "humaneval", "format": "raw"}
             for tid, p in read_problems().items()]
+
+
+def heldout_bench_prompts() -> list[dict]:
+    """The learning curve's held-out prompts (never trained on) as a bench set, category
+    heldout-<kind>: a drafter judged in llama.cpp on the prompts its curve is measured on. They are
+    stored formatted, so they run raw; a reply ends at the target's end of turn or the budget."""
+    return [{"id": f"{name}-{p.id}", "prompt": p.text, "category": f"heldout-{p.kind}", "format": "raw"}
+            for name, path in HELDOUT_SETS.items() for p in load_corpus(path)]
 
 
 def _jsonl(path: Path) -> list[dict]:
@@ -163,6 +172,8 @@ def prompt_set(name: str, engine: Engine | None = None) -> list[dict]:
         return _jsonl(LOW_ACCEPTANCE)
     if name == "chat":
         return _jsonl(CHAT)
+    if name == "heldout":
+        return heldout_bench_prompts()
     if name == "docqa":
         if engine is None:
             raise ValueError("the docqa set is built with the target's tokenizer: it needs the model")

@@ -28,14 +28,12 @@ matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 
 from app.bench.info import run_info  # noqa: E402
-from app.distill.corpus import CorpusPrompt, load_corpus  # noqa: E402
+from app.distill.corpus import HELDOUT_SETS, CorpusPrompt, load_corpus  # noqa: E402
 from app.distill.dataset import DistillData, packed_data  # noqa: E402
 from app.distill.export import load_drafter_gguf  # noqa: E402
 from app.distill.generate import GenConfig, generate_dataset  # noqa: E402
 from app.distill.train import TrainConfig, evaluate  # noqa: E402
 
-_ASSETS = Path(__file__).resolve().parents[2] / "assets" / "distill"
-HELDOUT_SETS = {"mixed": _ASSETS / "heldout-prompts.jsonl", "chat": _ASSETS / "heldout-chat-prompts.jsonl"}
 HELDOUT_PROMPTS = HELDOUT_SETS["mixed"]
 
 
