@@ -10,6 +10,8 @@ not tried deeper. Expected tokens of a step drafting k: E(k) = 1 + sum_j prod p.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 
@@ -21,6 +23,10 @@ class AcceptanceModel:
         self.decay = decay
         self.tried = np.zeros(self.k_max, dtype=np.float64)
         self.acc = np.zeros(self.k_max, dtype=np.float64)
+        # expected_both's last answer, kept while the counts are the same: the controller reads every
+        # source's model every step, and most steps change one of them at most
+        self._memo_key: tuple | None = None
+        self._memo: tuple[np.ndarray, np.ndarray] = (np.ones(1), np.ones(1))
 
     @property
     def p(self) -> np.ndarray:
@@ -49,14 +55,29 @@ class AcceptanceModel:
 
     def expected_both(self, z: float, first: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
         """(expected(first), expected_cautious(z, first)) from one reading of p (the controller
-        wants both for every source at every step)."""
-        p = self.p
-        n = self.tried + self.prior_weight
-        both = np.stack((p, (p - z * np.sqrt(p * (1.0 - p) / (n + 1.0))).clip(0.0, 0.999)))
-        both[:, :1] *= first
-        e = np.ones((2, self.k_max + 1))
-        e[:, 1:] += both.cumprod(axis=1).cumsum(axis=1)
-        return e[0], e[1]
+        wants both for every source at every step). In Python floats over <= 16 positions (a dozen
+        numpy calls cost more there), read-only arrays kept while the counts are the same."""
+        key = (self.acc.tobytes(), self.tried.tobytes(), z, first)
+        if key == self._memo_key:
+            return self._memo
+        w, q = self.prior_weight, self.prior
+        e, low = [1.0], [1.0]
+        run_e = run_low = 1.0
+        for j, (a, t) in enumerate(zip(self.acc.tolist(), self.tried.tolist())):
+            q = (a + w * q) / (t + w)
+            p = min(max(q, 0.0), 0.999)
+            lo = min(max(p - z * math.sqrt(p * (1.0 - p) / (t + w + 1.0)), 0.0), 0.999)
+            if j == 0:
+                p, lo = p * first, lo * first
+            run_e *= p
+            run_low *= lo
+            e.append(e[-1] + run_e)
+            low.append(low[-1] + run_low)
+        both = np.array(e), np.array(low)
+        for arr in both:
+            arr.flags.writeable = False
+        self._memo_key, self._memo = key, both
+        return both
 
     def forget(self, keep: float) -> None:
         """Weigh what was seen so far by `keep` (a new reply: its text may not be like the last one's)."""

@@ -123,6 +123,20 @@ class CostModel:
     pace_pass: float = 1.0
     pace_token: float = 1.0
 
+    def __post_init__(self) -> None:
+        self._rising: dict[str, tuple[tuple[float, ...], np.ndarray]] = {}  # not a field: never saved
+
+    def rising(self, name: str) -> np.ndarray:
+        """verify_s or draft_s past index 0 read as non-decreasing in size (a noisy low estimate for a
+        large batch must not make it look cheaper than a smaller one); kept while the list is the same."""
+        cur = tuple(getattr(self, name))
+        hit = self._rising.get(name)
+        if hit is None or hit[0] != cur:
+            hit = cur, np.maximum.accumulate(np.asarray(cur[1:], dtype=np.float64))
+            hit[1].flags.writeable = False  # shared by every caller until the list changes
+            self._rising[name] = hit
+        return hit[1]
+
     @property
     def plain_tokens_per_s(self) -> float:
         """The measured plain-decoding baseline: one token per single-token verify pass."""
@@ -151,11 +165,10 @@ class CostModel:
         """Expected seconds of a step drafting k = 0..len(emitted)-1 tokens that emits emitted[k]:
         DFlash (a drafter pass, and an injection call if `inject`) or not (plain, lookup); the
         graph rebuild counted where k+1 != last_n (None: not at all); after n_past cache cells
-        (None: at calib_ctx). Costs are read as non-decreasing in size: a noisy low estimate for
-        a large batch must not make it look cheaper than a smaller one. At the paces."""
+        (None: at calib_ctx). Costs are read as non-decreasing in size (rising). At the paces."""
         emitted = np.asarray(emitted, dtype=np.float64)
         n = np.arange(1, len(emitted) + 1)  # the verify sizes
-        verify = np.maximum.accumulate(np.asarray(self.verify_s[1:], dtype=np.float64))
+        verify = self.rising("verify_s")
         base = verify[:len(n)] if len(n) <= len(verify) else verify[np.minimum(n, len(verify)) - 1]
         a, b = self.context_terms(n_past)
         # a short context makes a pass cheaper, never less than half its calibrated cost (in place,
@@ -167,7 +180,7 @@ class CostModel:
         if last_n is not None:
             t += self.switch_s * (n != last_n)
         if dflash and len(n) > 1:
-            draft = np.maximum.accumulate(np.asarray(self.draft_s[1:], dtype=np.float64))
+            draft = self.rising("draft_s")
             k = len(n) - 1  # drafts 1..k read draft[0..k-1], the last cost past the drafter's block
             t[1:] += (draft[:k] if k <= len(draft) else draft[np.minimum(n[:k], len(draft)) - 1]) \
                 + (self.inject_call_s if inject else 0.0)
