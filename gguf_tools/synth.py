@@ -11,7 +11,7 @@ layers: about 1 MB, loads in milliseconds. Random weights give ~0 natural
 acceptance; tests force drafts to exercise multi-token acceptance.
 
 A stand-in (issue 30) is a real consumer target's shape (layers, widths,
-vocabulary size) with random weights, quantized Q4_K_M, and a random F16
+vocabulary size) with random weights, quantized Q4_K_M, and a random Q8_0
 DFlash drafter of the published drafters' shape: a pass reads as many bytes
 as the real model's, so verify(n)/verify(1) and the drafter pass cost what
 they would, while acceptance is forced (app.bench.forced).
@@ -352,7 +352,7 @@ STANDINS = {
 
 def write_standin(out_dir: str | Path, key: str = "qwen3-4b", seed: int = 0) -> tuple[Path, Path]:
     """(target, drafter): a Qwen3 target of shape STANDINS[key], random Q4_K_M (written F16, quantized,
-    the F16 file deleted), and a random F16 DFlash drafter (block 16) for it. Every layer holds the
+    the F16 file deleted), and a random Q8_0 DFlash drafter (block 16) for it. Every layer holds the
     same random tensors (the F16 file is streamed from one layer's arrays); the cost of a pass does
     not depend on the values."""
     spec = STANDINS[key]
@@ -383,8 +383,16 @@ def write_standin(out_dir: str | Path, key: str = "qwen3-4b", seed: int = 0) -> 
         quantize(f16, target, "Q4_K_M")
     finally:
         f16.unlink(missing_ok=True)
-    drafter = write_drafter(out_dir / f"standin-{key}-dflash-F16.gguf", target, n_layer=spec.drafter_layers,
-                            block_size=16, seed=seed + 1, dtype=np.float16, mask_token_id=TINY_MASK_ID)
+    # the drafter as we ship drafters, Q8_0: an F16 one reads twice the bytes, and its pass on a CPU
+    # cost 0.6-1.6x a target step (stop 40), far from a GPU's ~0.1x
+    d16 = out_dir / f"standin-{key}-dflash-F16.tmp.gguf"
+    drafter = out_dir / f"standin-{key}-dflash-Q8_0.gguf"
+    write_drafter(d16, target, n_layer=spec.drafter_layers, block_size=16, seed=seed + 1, dtype=np.float16,
+                  mask_token_id=TINY_MASK_ID)
+    try:
+        quantize(d16, drafter, "Q8_0")
+    finally:
+        d16.unlink(missing_ok=True)
     return target, drafter
 
 

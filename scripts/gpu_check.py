@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     step("taps", taps)
     standin_dir = Path.home() / ".cache/flashdesk/standin"
     names = [standin_dir / f"standin-{standin_shape}-Q4_K_M.gguf",
-             standin_dir / f"standin-{standin_shape}-dflash-F16.gguf"]
+             standin_dir / f"standin-{standin_shape}-dflash-Q8_0.gguf"]
     pair = ["--target", str(names[0]), "--drafter", str(names[1])]
 
     def write_standin() -> list[str]:

@@ -31,7 +31,8 @@ def test_standin_has_the_shape_and_type(small_standin: tuple[Path, Path]) -> Non
     types = {t.name: t.type_name for t in info.tensors}
     assert types["blk.0.ffn_gate.weight"] == "Q4_K" and "output.weight" not in types  # Q4_K_M, tied head
     assert not list(target.parent.glob("*.tmp.gguf"))  # the F16 intermediate is gone
-    assert read_gguf(drafter).arch == "dflash"
+    d = read_gguf(drafter)
+    assert d.arch == "dflash" and {t.type_name for t in d.tensors if t.name.endswith("attn_q.weight")} == {"Q8_0"}
 
 
 def _generate(e: Engine, prompt: list[int], params: GenerationParams, **kw) -> tuple[list[int], object]:  # noqa: ANN003

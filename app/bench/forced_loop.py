@@ -45,6 +45,30 @@ def _generate(engine: Engine, prompt: list[int], params: GenerationParams, **kw)
     return out, ev
 
 
+def steps_judged(cost, profile: tuple[float, ...], stats, prompt_len: int) -> dict:
+    """The run's steps judged apart from its acceptance draw: each step's time as the cost model
+    prices it (its k, its context, a graph rebuild where the size changed, its emitted tokens) against
+    the step's measured time, and the tokens the profile expects of the ks chosen against those
+    drawn. measured/predicted tokens/s = (drawn/expected) / (measured time/predicted time)."""
+    predicted, expected, ctx, last_n = 0.0, 0.0, prompt_len, None
+    by_k: dict[int, list[float]] = {}
+    for k, a, t in zip(stats.k_history, stats.accepted_history, stats.step_s_history, strict=True):
+        emitted = np.full(k + 1, a + 1.0)
+        p = float(cost.step_times(k > 0, emitted, last_n, True, ctx)[k])
+        predicted += p
+        expected += tau(profile, k)
+        by_k.setdefault(k, []).append(t / p)
+        ctx += a + 1
+        last_n = k + 1
+    measured = sum(stats.step_s_history)
+    return {"predicted_s": round(predicted, 6), "measured_s": round(measured, 6),
+            "time_over_predicted": round(measured / predicted, 3),
+            "expected_tokens": round(expected, 1), "drawn_tokens": stats.n_generated,
+            "drawn_over_expected": round(stats.n_generated / expected, 3),
+            # a step's measured over predicted time, median by draft length
+            "step_time_ratio_by_k": {str(k): round(float(np.median(v)), 3) for k, v in sorted(by_k.items())}}
+
+
 def run(engine: Engine, modes: list[str], max_tokens: int, profile: tuple[float, ...] = ZLAB_BLOCK16,
         prompt_len: int = 200, seed: int = 0, n_threads: int = 0) -> dict:
     cost = calibrate(engine)
@@ -89,7 +113,8 @@ def run(engine: Engine, modes: list[str], max_tokens: int, profile: tuple[float,
             "measured_over_predicted": round(measured / float(predicted[k]), 3),
             # the choice against the best k the cost model knows (the issue's >= 90%)
             "predicted_k_over_best": round(float(predicted[k] / predicted.max()), 3),
-            "t_llama_share": round(st.t_llama_s / st.t_decode_s, 3) if st.t_decode_s > 0 else None}
+            "t_llama_share": round(st.t_llama_s / st.t_decode_s, 3) if st.t_decode_s > 0 else None,
+            "steps_judged": steps_judged(cost, profile, st, len(prompt))}
     return out
 
 
