@@ -75,3 +75,6 @@ def test_the_heldout_bench_set_is_both_curve_sets():
     assert {r["format"] for r in rows} == {"raw"}
     cats = {r["category"] for r in rows}
     assert {"heldout-code", "heldout-email", "heldout-story", "heldout-docqa"} <= cats
+    # a chat reply stops where the held-out reply stopped (the next "User:" turn); code runs to the budget
+    email = next(r for r in rows if r["category"] == "heldout-email")
+    assert "\nUser:" in email["stop"] and next(r for r in rows if r["category"] == "heldout-code")["stop"] == []

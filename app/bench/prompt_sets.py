@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.bundled import ASSETS
-from app.chat.format import ChatMessage, PromptFormat
+from app.chat.format import PLAIN_STOP, ChatMessage, PromptFormat
 from app.distill.corpus import HELDOUT_SETS, load_corpus
 from app.documents.answer import answer_prompt
 from app.documents.index import DocumentIndex
@@ -101,8 +101,10 @@ def humaneval_prompts() -> list[dict]:
 def heldout_bench_prompts() -> list[dict]:
     """The learning curve's held-out prompts (never trained on) as a bench set, category
     heldout-<kind>: a drafter judged in llama.cpp on the prompts its curve is measured on. They are
-    stored formatted, so they run raw; a reply ends at the target's end of turn or the budget."""
-    return [{"id": f"{name}-{p.id}", "prompt": p.text, "category": f"heldout-{p.kind}", "format": "raw"}
+    stored formatted, so they run raw, and a chat one stops where its held-out reply stopped (the
+    plain format's next turn: app.distill.generate), else the bench would draft past the reply's end."""
+    return [{"id": f"{name}-{p.id}", "prompt": p.text, "category": f"heldout-{p.kind}", "format": "raw",
+             "stop": list(PLAIN_STOP) if p.format == "chat" else []}
             for name, path in HELDOUT_SETS.items() for p in load_corpus(path)]
 
 
