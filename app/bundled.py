@@ -11,6 +11,9 @@ ASSETS = REPO_ROOT / "assets"
 DRAFTER_DIR = ASSETS / "drafters"
 # the drafter distilled for the bundled target (app.distill; see its model card)
 DEFAULT_DRAFTER = DRAFTER_DIR / "gemma3-270m-dflash.gguf"
+# prompts never trained on: the learning curve's held-out sets (`distill --heldout`), also a bench set
+HELDOUT_SETS = {"mixed": ASSETS / "distill" / "heldout-prompts.jsonl",
+                "chat": ASSETS / "distill" / "heldout-chat-prompts.jsonl"}
 
 
 def default_target() -> Path:

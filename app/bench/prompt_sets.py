@@ -29,9 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from app.bundled import ASSETS
+from app.bundled import ASSETS, HELDOUT_SETS
 from app.chat.format import PLAIN_STOP, ChatMessage, PromptFormat
-from app.distill.corpus import HELDOUT_SETS, load_corpus
 from app.documents.answer import answer_prompt
 from app.documents.index import DocumentIndex
 from app.documents.indexer import Indexer
@@ -103,9 +102,9 @@ def heldout_bench_prompts() -> list[dict]:
     heldout-<kind>: a drafter judged in llama.cpp on the prompts its curve is measured on. They are
     stored formatted, so they run raw, and a chat one stops where its held-out reply stopped (the
     plain format's next turn: app.distill.generate), else the bench would draft past the reply's end."""
-    return [{"id": f"{name}-{p.id}", "prompt": p.text, "category": f"heldout-{p.kind}", "format": "raw",
-             "stop": list(PLAIN_STOP) if p.format == "chat" else []}
-            for name, path in HELDOUT_SETS.items() for p in load_corpus(path)]
+    return [{"id": f"{name}-{p['id']}", "prompt": p["text"], "category": f"heldout-{p['kind']}", "format": "raw",
+             "stop": list(PLAIN_STOP) if p["format"] == "chat" else []}
+            for name, path in HELDOUT_SETS.items() for p in _jsonl(path)]
 
 
 def _jsonl(path: Path) -> list[dict]:

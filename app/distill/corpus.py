@@ -25,14 +25,9 @@ import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from app.bundled import ASSETS
 from app.chat.format import ChatMessage, format_for_model, render_plain
 from app.distill.offline_text import debian_docs, man_pages, python_files, read_document
 from app.documents.answer import Source, conversation_renderer, source_block
-
-# prompts never trained on: the learning curve's held-out sets (`--heldout`), also a bench set
-HELDOUT_SETS = {"mixed": ASSETS / "distill" / "heldout-prompts.jsonl",
-                "chat": ASSETS / "distill" / "heldout-chat-prompts.jsonl"}
 
 
 @dataclass(frozen=True)

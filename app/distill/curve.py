@@ -28,7 +28,8 @@ matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 
 from app.bench.info import run_info  # noqa: E402
-from app.distill.corpus import HELDOUT_SETS, CorpusPrompt, load_corpus  # noqa: E402
+from app.bundled import HELDOUT_SETS  # noqa: E402
+from app.distill.corpus import CorpusPrompt, load_corpus  # noqa: E402
 from app.distill.dataset import DistillData, packed_data  # noqa: E402
 from app.distill.export import load_drafter_gguf  # noqa: E402
 from app.distill.generate import GenConfig, generate_dataset  # noqa: E402
