@@ -51,4 +51,4 @@ def test_cpu_dry_run(tmp_path: Path) -> None:
     assert [int(n) for n in report["steps"]["verify_cost_standin"]["result"]["ms"] if n != "1-again"] == \
         list(range(1, 17))
     forced = report["steps"]["forced_loop_standin"]["result"]["modes"]
-    assert set(forced) == {"plain", "fixed", "adaptive"} and forced["fixed"]["tokens_per_step"] > 1.5
+    assert set(forced) == {"plain", "fixed", "adaptive", "plain-again"} and forced["fixed"]["tokens_per_step"] > 1.5

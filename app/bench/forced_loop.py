@@ -2,8 +2,9 @@
 acceptance profile (app.bench.forced; z-lab's block-16 tau by default), measured against what the
 calibrated cost model predicts: tokens/s = tau(k) / c(k).
 
-Modes: plain; fixed (the whole block every step); adaptive (the controller over DFlash, learning
-the forced acceptance). Each mode's output must equal plain decoding's (checked). For a stand-in
+Modes: plain; plain-again (plain once more, last in the order given: the run's noise band, the
+VM's speed drifting between modes); fixed (the whole block every step); adaptive (the controller
+over DFlash, learning the forced acceptance). Each mode's output must equal plain decoding's (checked). For a stand-in
 (`python -m gguf_tools synth standin`) this is the loop on a bandwidth-bound target whose drafter
 is random: only the costs are the real shape's, the acceptance is the profile's.
 
@@ -29,7 +30,7 @@ from app.engine.draft_policy import DFLASH, FixedDraftLength
 from app.engine.llama_objects import ModelPlacement
 from app.engine.params import GenerationParams
 
-MODES = ("plain", "fixed", "adaptive")
+MODES = ("plain", "fixed", "adaptive", "plain-again")
 
 
 def _prompt(engine: Engine, n: int) -> list[int]:
@@ -90,8 +91,9 @@ def run(engine: Engine, modes: list[str], max_tokens: int, profile: tuple[float,
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; expected some of {', '.join(MODES)}")
         rng = np.random.default_rng(seed)
-        params = GenerationParams(max_tokens=max_tokens, speculative=mode != "plain")
-        if mode == "plain":
+        is_plain = mode in ("plain", "plain-again")
+        params = GenerationParams(max_tokens=max_tokens, speculative=not is_plain)
+        if is_plain:
             policy = FixedDraftLength(0)
         elif mode == "fixed":
             policy = FixedDraftLength(k_max)
@@ -103,7 +105,7 @@ def run(engine: Engine, modes: list[str], max_tokens: int, profile: tuple[float,
             raise RuntimeError(f"{mode}: the output differs from plain decoding (lossless check failed)")
         st = ev.stats
         ks = Counter(st.k_history)
-        k = 0 if mode == "plain" else (k_max if mode == "fixed" else ks.most_common(1)[0][0])
+        k = 0 if is_plain else (k_max if mode == "fixed" else ks.most_common(1)[0][0])
         measured = st.n_generated / st.t_decode_s if st.t_decode_s > 0 else 0.0
         out["modes"][mode] = {
             "tokens_per_s": round(measured, 2), "steps": st.steps,
