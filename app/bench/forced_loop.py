@@ -23,12 +23,13 @@ import numpy as np
 from app.bench.forced import ZLAB_BLOCK16, profile_drafts, tau
 from app.bench.info import emit_result, run_info
 from app.bench.plot import plot_forced_loop
-from app.engine.calibration import calibrate
+from app.engine.calibration import CostModel, calibrate
 from app.engine.controller import DraftController
 from app.engine.dflash import Engine, EngineConfig
 from app.engine.draft_policy import DFLASH, FixedDraftLength
 from app.engine.llama_objects import ModelPlacement
 from app.engine.params import GenerationParams
+from app.engine.stats import GenerationStats
 
 MODES = ("plain", "fixed", "adaptive", "plain-again")
 
@@ -46,7 +47,7 @@ def _generate(engine: Engine, prompt: list[int], params: GenerationParams, **kw)
     return out, ev
 
 
-def steps_judged(cost, profile: tuple[float, ...], stats, prompt_len: int) -> dict:
+def steps_judged(cost: CostModel, profile: tuple[float, ...], stats: GenerationStats, prompt_len: int) -> dict:
     """The run's steps judged apart from its acceptance draw: each step's time as the cost model
     prices it (its k, its context, a graph rebuild where the size changed, its emitted tokens) against
     the step's measured time, and the tokens the profile expects of the ks chosen against those

@@ -31,13 +31,17 @@ class AcceptanceModel:
     @property
     def p(self) -> np.ndarray:
         """The current estimate of p[j], j = 0..k_max-1."""
-        # a recurrence over <= 16 positions, in Python floats: numpy's per-element indexing made it
-        # ~1 us a position, and the controller reads it a few times every step (issue 30's host cost)
+        return np.array(self._smoothed(), dtype=np.float64).clip(0.0, 0.999)
+
+    def _smoothed(self) -> list[float]:
+        """p[j] before clipping: each position's counts smoothed toward the position before it. A
+        recurrence over <= 16 positions, in Python floats: numpy's per-element indexing made it ~1 us
+        a position, and the controller reads it every step (issue 30's host cost)."""
         w, q, out = self.prior_weight, self.prior, []
         for a, t in zip(self.acc.tolist(), self.tried.tolist()):
             q = (a + w * q) / (t + w)
             out.append(q)
-        return np.array(out, dtype=np.float64).clip(0.0, 0.999)
+        return out
 
     def expected(self, first: float = 1.0) -> np.ndarray:
         """E(k) for k = 0..k_max; `first` scales the first draft's acceptance (a source's record in
@@ -60,11 +64,10 @@ class AcceptanceModel:
         key = (self.acc.tobytes(), self.tried.tobytes(), z, first)
         if key == self._memo_key:
             return self._memo
-        w, q = self.prior_weight, self.prior
+        w = self.prior_weight
         e, low = [1.0], [1.0]
         run_e = run_low = 1.0
-        for j, (a, t) in enumerate(zip(self.acc.tolist(), self.tried.tolist())):
-            q = (a + w * q) / (t + w)
+        for j, (q, t) in enumerate(zip(self._smoothed(), self.tried.tolist())):
             p = min(max(q, 0.0), 0.999)
             lo = min(max(p - z * math.sqrt(p * (1.0 - p) / (t + w + 1.0)), 0.0), 0.999)
             if j == 0:
