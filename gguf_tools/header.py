@@ -10,7 +10,7 @@ import gguf
 
 
 def add_transformer_header(w: gguf.GGUFWriter, *, n_ctx: int, n_embd: int, n_layer: int, n_ff: int,
-                           n_head: int, n_head_kv: int, head_dim: int, rms_eps: float = 1e-6) -> None:
+                           n_head: int, n_head_kv: int | list[int], head_dim: int, rms_eps: float = 1e-6) -> None:
     w.add_context_length(n_ctx)
     w.add_embedding_length(n_embd)
     w.add_block_count(n_layer)

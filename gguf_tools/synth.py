@@ -33,7 +33,9 @@ from gguf_tools.quantize import quantize
 from gguf_tools.reader import read_gguf
 
 # Architectures with a tiny-target recipe here (see _layer_tensors).
-TINY_ARCHS = ("qwen3", "llama", "gemma3", "gemma2", "mistral3", "phi3", "granite")
+TINY_ARCHS = ("qwen3", "llama", "gemma3", "gemma2", "mistral3", "phi3", "granite", "lfm2")
+# lfm2: a hybrid whose even layers are short convolutions (a recurrent state of this many tokens, no KV)
+LFM2_CONV_L_CACHE = 3
 
 _SPECIALS = ["<unk>", "<s>", "</s>", "<mask>"]
 # single characters first (so any lowercase text tokenizes: SPM merges only
@@ -142,9 +144,20 @@ class _Rand:
         return (1.0 + 0.1 * self.rng.standard_normal(n)).astype(np.float32)
 
 
+def _lfm2_is_conv(il: int) -> bool:
+    return il % 2 == 0
+
+
 def _layer_tensors(arch: str, s: TinyShape, r: _Rand, il: int) -> dict[str, np.ndarray]:
     p = f"blk.{il}."
     q_dim, kv_dim = s.n_head * s.head_dim, s.n_head_kv * s.head_dim
+    if arch == "lfm2" and _lfm2_is_conv(il):
+        return {p + "attn_norm.weight": r.norm(s.n_embd), p + "ffn_norm.weight": r.norm(s.n_embd),
+                p + "shortconv.conv.weight": r.mat(LFM2_CONV_L_CACHE, s.n_embd),
+                p + "shortconv.in_proj.weight": r.mat(s.n_embd, 3 * s.n_embd),
+                p + "shortconv.out_proj.weight": r.mat(s.n_embd, s.n_embd),
+                p + "ffn_gate.weight": r.mat(s.n_embd, s.n_ff), p + "ffn_up.weight": r.mat(s.n_embd, s.n_ff),
+                p + "ffn_down.weight": r.mat(s.n_ff, s.n_embd)}
     t = {p + "attn_norm.weight": r.norm(s.n_embd), p + "ffn_norm.weight": r.norm(s.n_embd),
          p + "attn_output.weight": r.mat(q_dim, s.n_embd), p + "ffn_down.weight": r.mat(s.n_ff, s.n_embd)}
     if arch == "phi3":
@@ -156,7 +169,7 @@ def _layer_tensors(arch: str, s: TinyShape, r: _Rand, il: int) -> dict[str, np.n
     t[p + "attn_v.weight"] = r.mat(s.n_embd, kv_dim)
     t[p + "ffn_gate.weight"] = r.mat(s.n_embd, s.n_ff)
     t[p + "ffn_up.weight"] = r.mat(s.n_embd, s.n_ff)
-    if arch in ("qwen3", "gemma3"):
+    if arch in ("qwen3", "gemma3", "lfm2"):
         t[p + "attn_q_norm.weight"] = r.norm(s.head_dim)
         t[p + "attn_k_norm.weight"] = r.norm(s.head_dim)
     if arch in ("gemma2", "gemma3"):
@@ -177,8 +190,10 @@ def write_tiny_target(path: str | Path, arch: str = "qwen3", shape: TinyShape = 
     s = shape
     w = gguf.GGUFWriter(str(path), arch)
     w.add_name("flashdesk tiny random target")  # no arch in the name: llama.cpp special-cases "phi3" names
+    n_head_kv = ([0 if _lfm2_is_conv(il) else s.n_head_kv for il in range(s.n_layer)] if arch == "lfm2"
+                 else s.n_head_kv)
     add_transformer_header(w, n_ctx=s.n_ctx, n_embd=s.n_embd, n_layer=s.n_layer, n_ff=s.n_ff,
-                           n_head=s.n_head, n_head_kv=s.n_head_kv, head_dim=s.head_dim)
+                           n_head=s.n_head, n_head_kv=n_head_kv, head_dim=s.head_dim)
     w.add_rope_freq_base(10000.0)
     w.add_rope_dimension_count(s.head_dim)
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
@@ -188,6 +203,8 @@ def write_tiny_target(path: str | Path, arch: str = "qwen3", shape: TinyShape = 
         w.add_final_logit_softcapping(30.0)
     if arch == "gemma3":
         w.add_sliding_window(256)
+    if arch == "lfm2":
+        w.add_shortconv_l_cache(LFM2_CONV_L_CACHE)
     if arch == "granite":
         w.add_logit_scale(1.0 / 4.0)
         w.add_residual_scale(0.5)
@@ -197,7 +214,8 @@ def write_tiny_target(path: str | Path, arch: str = "qwen3", shape: TinyShape = 
     if chat_template is not None:
         w.add_chat_template(chat_template)
     w.add_tensor("token_embd.weight", r.mat(s.n_embd, len(TINY_VOCAB), scale=1.0))
-    w.add_tensor("output_norm.weight", r.norm(s.n_embd))
+    # (llama.cpp reads LFM2's final norm under the name token_embd_norm)
+    w.add_tensor("token_embd_norm.weight" if arch == "lfm2" else "output_norm.weight", r.norm(s.n_embd))
     if not tied_output and arch not in ("gemma2", "gemma3"):
         w.add_tensor("output.weight", r.mat(s.n_embd, len(TINY_VOCAB)))
     for il in range(s.n_layer):
@@ -233,7 +251,8 @@ def write_drafter(path: str | Path, target: str | Path, *, n_layer: int = 2, tar
     info = read_gguf(target)
     n_embd = info.n_embd
     n_head = n_head or int(info.arch_get("attention.head_count", 4))
-    n_head_kv = n_head_kv or int(info.arch_get("attention.head_count_kv", n_head))
+    kv = info.arch_get("attention.head_count_kv", n_head)
+    n_head_kv = n_head_kv or int(max(kv) if isinstance(kv, list) else kv)  # per layer in a hybrid (0: recurrent)
     head_dim = head_dim or int(info.arch_get("attention.key_length", n_embd // n_head))
     n_ff = n_ff or int(info.arch_get("feed_forward_length", 4 * n_embd))
     layers = target_layers or default_target_layers(info.n_layer, min(5, max(2, info.n_layer // 2)))

@@ -32,6 +32,15 @@ def tiny_gemma_pair(tiny_dir: Path) -> tuple[Path, Path]:
 
 
 @pytest.fixture(scope="session")
+def tiny_lfm2_pair(tiny_dir: Path) -> tuple[Path, Path]:
+    """A hybrid recurrent target (LFM2: short-convolution layers between attention layers, as Qwen3.5's
+    gated-delta-net layers are) and a DFlash drafter tapping it."""
+    from gguf_tools.synth import write_tiny_pair
+
+    return write_tiny_pair(tiny_dir / "lfm2", "lfm2")
+
+
+@pytest.fixture(scope="session")
 def tiny_dflash2_pair(tiny_pair: tuple[Path, Path]) -> tuple[Path, Path]:
     """The tiny qwen3 target and a random DFlash2 drafter for it (selector over the top 4, block 8)."""
     from gguf_tools.synth import DFlash2Shape, write_drafter

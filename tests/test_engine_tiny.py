@@ -31,7 +31,8 @@ def run(engine: Engine, prompt: list[int], params: GenerationParams, **kw) -> tu
     return out, ev
 
 
-@pytest.mark.parametrize("pair", ["tiny_pair", "tiny_gemma_pair", "tiny_dflash2_pair", "tiny_dspark_pair"])
+@pytest.mark.parametrize("pair", ["tiny_pair", "tiny_gemma_pair", "tiny_dflash2_pair", "tiny_dspark_pair",
+                                  "tiny_lfm2_pair"])
 def test_speculative_greedy_equals_plain(pair: str, request: pytest.FixtureRequest) -> None:
     e = Engine(*request.getfixturevalue(pair), EngineConfig(n_ctx=512))
     prompt = e.tokenize(PROMPT)
@@ -43,18 +44,21 @@ def test_speculative_greedy_equals_plain(pair: str, request: pytest.FixtureReque
     e.close()
 
 
-@pytest.mark.parametrize("pair", ["tiny_pair", "tiny_gemma_pair", "tiny_dflash2_pair", "tiny_dspark_pair"])
+@pytest.mark.parametrize("pair", ["tiny_pair", "tiny_gemma_pair", "tiny_dflash2_pair", "tiny_dspark_pair",
+                                  "tiny_lfm2_pair"])
 def test_forced_partial_drafts_stay_identical(pair: str, request: pytest.FixtureRequest) -> None:
     """Drafts right for a varying prefix, then wrong: multi-token acceptance, rejection and rollback."""
     e = Engine(*request.getfixturevalue(pair), EngineConfig(n_ctx=512))
     prompt = e.tokenize(PROMPT)
-    plain, _ = run(e, prompt, GenerationParams(max_tokens=80, speculative=False))
+    plain, ev_plain = run(e, prompt, GenerationParams(max_tokens=80, speculative=False))
+    # a reply that ends with its end-of-generation token: the verify stops at that token's row
+    end = len(plain) - 1 if ev_plain.finish_reason == FINISH_STOP else len(plain)
     calls = []
 
     def forced(hist: list[int], choice: Choice) -> list[int]:
         i, k = len(hist) - len(prompt), choice.k
         good = len(calls) % (k + 1)  # 0..k correct drafts, then a wrong one
-        calls.append(good)
+        calls.append(min(good, end - i))
         d = plain[i:i + k]
         return d[:good] + [(t + 1) % 64 for t in d[good:]]
 

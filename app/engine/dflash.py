@@ -60,7 +60,7 @@ from app.engine.sampling import TokenLogprob, TokenSampler, token_logprob
 from app.engine.sources import DRAFT_MODEL_K_MAX, DFlashSource, DraftModelSource, DraftSource, LookupSource
 from app.engine.stats import GenerationStats
 from app.engine.text_stream import TextStream
-from app.errors import ContextOverflow, ModelLoadError
+from app.errors import ContextOverflow, GenerationError, ModelLoadError
 from gguf_tools.formats import DFLASH2, DFLASH_V1, DSPARK, draft_format
 from gguf_tools.pair import PairReport, check_pair
 from gguf_tools.reader import read_gguf
@@ -153,11 +153,20 @@ class Engine:
         n_ctx = min(cfg.n_ctx, self.target.n_ctx_train) if self.target.n_ctx_train > 0 else cfg.n_ctx
         self.backend_greedy = (backend_greedy_default(self.target, cfg.target_placement)
                                if cfg.backend_greedy is None else cfg.backend_greedy)
+        rows = verify_rows_max(drafter)
         self.ctx = LlamaContext(self.target, ContextConfig(
             n_ctx=n_ctx, n_batch=cfg.n_batch, n_ubatch=cfg.n_batch, n_threads=cfg.n_threads,
-            type_k=cfg.type_k, type_v=cfg.type_v,
-            backend_greedy_rows=verify_rows_max(drafter) if self.backend_greedy else 0))
+            type_k=cfg.type_k, type_v=cfg.type_v, backend_greedy_rows=rows if self.backend_greedy else 0,
+            n_rs_seq=rows - 1 if self.target.recurrent else 0))
         self.n_ctx = self.ctx.n_ctx
+        # a step takes back the drafts the target rejected: a recurrent target (Qwen3.5/3.6, LFM2) does
+        # that from one snapshot per draft, which llama.cpp keeps only for the architectures it can roll
+        # back; for the others every reply decodes plain, and this says why
+        self.speculation_blocked: str | None = None
+        if self.target.recurrent and self.ctx.n_rs_seq < rows - 1:
+            self.speculation_blocked = (
+                f"{Path(target).name}: llama.cpp cannot roll back the recurrent state of architecture "
+                f"{self.target.arch}, so drafts cannot be verified; every reply decodes plain")
         self.drafter: LlamaModel | None = None
         self.dctx: LlamaContext | None = None
         self.block_size = 1
@@ -339,7 +348,8 @@ class Engine:
             # upstream's loop: the drafter's block (or draft_max) every step; plain without a drafter
             k_max = self.block_size - 1 if params.draft_max is None else params.draft_max
             policy = FixedDraftLength(min(k_max, self.block_size - 1) if self.has_drafter else 0)
-        return self._run(prompt, params, cancel, policy, draft_override, params.speculative, grammar)
+        speculative = params.speculative and self.speculation_blocked is None
+        return self._run(prompt, params, cancel, policy, draft_override, speculative, grammar)
 
     def reference_scores(self, prompt: list[int], continuation: list[int],
                          params: GenerationParams | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -671,7 +681,9 @@ class Engine:
         t0 = time.perf_counter()
         if self.dctx is not None:
             self._queue(self.ctx.taps(len(emitted)), n_past)
-        self.ctx.seq_rm(n_keep)
+        if not self.ctx.seq_rm(n_keep):  # (a recurrent state rolls back only as far as its snapshots)
+            raise GenerationError(f"{self.target.path.name}: llama.cpp could not take back the rejected drafts "
+                                  f"after position {n_keep}")
         dt = time.perf_counter() - t0
         st.t_verify_s += dt
         st.t_llama_s += dt

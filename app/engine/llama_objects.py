@@ -75,6 +75,9 @@ class LlamaModel:
         self.n_layer = lc.llama_model_n_layer(self.ptr)
         self.n_ctx_train = lc.llama_model_n_ctx_train(self.ptr)
         self.n_swa = lc.llama_model_n_swa(self.ptr)
+        # a recurrent state (Mamba, gated delta net, short convolutions: Qwen3.5/3.6, LFM2, Nemotron-H)
+        # cannot drop its last tokens the way a KV cache can: it rolls back from snapshots, if any
+        self.recurrent = bool(lc.llama_model_is_recurrent(self.ptr) or lc.llama_model_is_hybrid(self.ptr))
         self.arch = self.info.arch
 
     # --- tokens -------------------------------------------------------------
@@ -271,6 +274,9 @@ class ContextConfig:
     # > 0: the context can take greedy tokens from llama.cpp's backend sampling (use_backend_greedy),
     # for decodes of at most this many output rows (llama.cpp's n_outputs_max_per_seq)
     backend_greedy_rows: int = 0
+    # a recurrent model's snapshots per sequence: how many of its last tokens seq_rm can take back (a
+    # verify's rejected drafts); llama.cpp keeps 0 for architectures that cannot roll back
+    n_rs_seq: int = 0
 
 
 class LlamaContext:
@@ -298,6 +304,7 @@ class LlamaContext:
             cp.type_k = cfg.type_k
         if cfg.type_v is not None:
             cp.type_v = cfg.type_v
+        cp.n_rs_seq = cfg.n_rs_seq
         if other is not None:
             cp.ctx_other = other.ptr
             cp.n_rs_seq = 0
@@ -314,6 +321,7 @@ class LlamaContext:
         # of more tokens than this aborts the process
         self.n_batch = lc.llama_n_batch(self.ptr)
         self.mem = lc.llama_get_memory(self.ptr)
+        self.n_rs_seq = lc.llama_n_rs_seq(self.ptr)  # what llama.cpp granted
         self._taps: list[int] = []
         # the greedy sampler chain attached to sequence 0 (use_backend_greedy), and chains detached
         # since the last decode: the graph llama.cpp built with them still points to them until the

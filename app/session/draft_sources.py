@@ -39,6 +39,8 @@ def draft_source_lines(engine: Engine, spec: ModelSpec, left_out: str | None = N
     """What drafts for this load and why, one line each: the sources in the engine's registry, the
     drafter left out (`left_out`, from without_undriven_drafter) and the target's own MTP heads."""
     lines = [left_out] if left_out else []
+    if engine.speculation_blocked:
+        return (*lines, engine.speculation_blocked)
     names = [n for n in engine.sources if n != LOOKUP]
     for name in names:
         if name == DFLASH:
