@@ -105,11 +105,16 @@ def backend_greedy_default(model: LlamaModel, placement: ModelPlacement | None) 
     return BACKEND_GREEDY_ON_GPU if on_gpu else BACKEND_GREEDY_ON_CPU
 
 
+def max_draft(block_size: int | None) -> int:
+    """The longest draft any source makes: a DFlash block's (block_size - 1), a lookup's or a draft
+    model's. (A recurrent target keeps a snapshot for each: the memory plan prices as many.)"""
+    return max((block_size or 1) - 1, LOOKUP_K_MAX, DRAFT_MODEL_K_MAX)
+
+
 def verify_rows_max(drafter: str | Path | None) -> int:
-    """The most tokens one verify decodes: a DFlash block (its header's block size), a lookup draft
-    or a draft model's, plus the anchor."""
-    block = int(read_gguf(drafter).get("dflash.block_size", 16)) if drafter is not None else 1
-    return max(block - 1, LOOKUP_K_MAX, DRAFT_MODEL_K_MAX) + 1
+    """The most tokens one verify decodes: the longest draft (with this drafter's header's block
+    size) plus the anchor."""
+    return max_draft(int(read_gguf(drafter).get("dflash.block_size", 16)) if drafter is not None else None) + 1
 
 
 @dataclass

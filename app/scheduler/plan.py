@@ -191,7 +191,7 @@ class PlanRequest:
     n_gpu_layers: int | None = None  # force partial offload (llama.cpp's meaning: the output layer counts)
     allow_partial: bool = True
     use_drafter: bool = True
-    n_rs_seq: int | None = None  # recurrent rollback snapshots; None: block_size - 1 where needed
+    n_rs_seq: int | None = None  # recurrent rollback snapshots; None: the longest draft's (max_draft) where needed
     drafter_device: str | None = None  # pin the drafter to this GPU (default: the output device)
     drafter_window: int = DRAFTER_WINDOW  # the engine's (0: unbounded): its cache is sized to it (drafter_context)
     advise: bool = True

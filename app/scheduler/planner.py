@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.engine.dflash import drafter_context
+from app.engine.dflash import drafter_context, max_draft
 from app.scheduler import memory as mem
 from app.scheduler.advice import advise
 from app.scheduler.errors import PlanInputError
@@ -64,8 +64,9 @@ class _Planner:
             n_ctx = target.n_ctx_train
         n_rs_seq = req.n_rs_seq
         if n_rs_seq is None:
-            # a speculative step rolls back up to block_size-1 rejected tokens: one snapshot each
-            n_rs_seq = drafter.block_size - 1 if drafter and target.rs_rollback else 0
+            # a speculative step rolls back up to the longest draft's rejected tokens: one snapshot each
+            # (the engine asks for as many; the lookup drafts without a drafter too)
+            n_rs_seq = max_draft(drafter.block_size if drafter else None) if target.rs_rollback else 0
         self.cs = mem.ContextShape.make(n_ctx, req.n_batch, req.n_ubatch or req.n_batch,
                                         type_k=req.kv_type, type_v=req.kv_type, n_rs_seq=n_rs_seq)
         for ly in target.layers:
