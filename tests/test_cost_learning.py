@@ -14,7 +14,7 @@ import app.engine.calibration as calibration
 from app.engine.calibration import LEARN_CAP, CostModel, LoopTimes, cache_key, calibrate, learn
 from app.engine.controller import DraftController, new_controller
 from app.engine.dflash import Engine, EngineConfig
-from app.engine.draft_policy import LOOKUP, StepInfo
+from app.engine.draft_policy import LOOKUP, StepInfo, StepTiming
 from app.engine.lookup import LookupMatch
 from app.engine.params import GenerationParams
 from app.session.chat_session import ChatSession
@@ -86,6 +86,20 @@ def test_the_paces_carry_a_drift_to_sizes_not_seen() -> None:
 
 def _cached(e: Engine, cache: Path) -> dict:
     return json.loads((cache / f"{cache_key(e)}.json").read_text())
+
+
+def test_steps_past_the_near_context_terms_are_not_learned() -> None:
+    """A step at a long document's context is read back to calib_ctx through far pieces fitted from one
+    run each: the controller's live copy follows it, the cached model's sizes do not learn it."""
+    cm = CostModel(verify_s=[0.0, 0.010, 0.012], draft_s=[0.0, 0.001], calib_ctx=200.0, ctx_token_s=1e-7,
+                   far_ctx=[2000.0, 8000.0], far_ctx_step_s=[1e-6, 2e-6], far_ctx_token_s=[0.0, 0.0])
+    assert cm.near_ctx_end == 2000.0 and CostModel(verify_s=[0.0, 0.01]).near_ctx_end == float("inf")
+    p = DraftController(cm, (LOOKUP,))
+    for n_past in (500, 1999, 2001, 9000):
+        c = p.choose(StepInfo(None, False, 0, False, n_past))  # no match: plain steps, none rebuilt
+        p.observe(c, 0, StepTiming(step_s=0.02))
+    assert p.seen.verify[1][0] == 2  # at 500 and 1,999 cells
+    assert p.cost.pace_pass > 1.0  # the live copy followed all four
 
 
 def test_a_controllers_steps_go_into_the_cached_model(tiny_pair: tuple[Path, Path], tmp_path: Path,

@@ -142,6 +142,13 @@ class CostModel:
         """The measured plain-decoding baseline: one token per single-token verify pass."""
         return 1.0 / self.verify_s[1] if len(self.verify_s) > 1 and self.verify_s[1] > 0 else 0.0
 
+    @property
+    def near_ctx_end(self) -> float:
+        """Where the terms fitted at calib_ctx and LONG_PROMPT_LEN (several rounds) give way to the far
+        pieces (one run each): the loop's steps past it are read back to calib_ctx through terms off by
+        +-15-45% at 8k-32k (stop 39's context-cost runs), so learn() does not fold them."""
+        return self.far_ctx[0] if self.far_ctx else float("inf")
+
     def context_terms(self, n_past: int | None) -> tuple[float, float]:
         """(a, b): a verify of n tokens after n_past cache cells costs a + b * n beyond (or, below
         calib_ctx, under) its cost at calib_ctx cells; (0, 0) for n_past None. Linear pieces joined at
