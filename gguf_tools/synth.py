@@ -1,7 +1,7 @@
 """Tiny random GGUF models for tests: targets of several architectures, DFlash
 drafters that fit them, and a random drafter for any real target.
 
-    python -m gguf_tools synth pair OUT_DIR [--arch qwen3|gemma3|...]
+    python -m gguf_tools synth pair OUT_DIR [--arch qwen3|gemma3|lfm2|qwen35|...] [--mtp N]
     python -m gguf_tools synth drafter --target T.gguf --out D.gguf
     python -m gguf_tools synth standin OUT_DIR [--shape qwen3-4b|qwen3-1.7b|small]
 
@@ -33,9 +33,14 @@ from gguf_tools.quantize import quantize
 from gguf_tools.reader import read_gguf
 
 # Architectures with a tiny-target recipe here (see _layer_tensors).
-TINY_ARCHS = ("qwen3", "llama", "gemma3", "gemma2", "mistral3", "phi3", "granite", "lfm2")
+TINY_ARCHS = ("qwen3", "llama", "gemma3", "gemma2", "mistral3", "phi3", "granite", "lfm2", "qwen35")
 # lfm2: a hybrid whose even layers are short convolutions (a recurrent state of this many tokens, no KV)
 LFM2_CONV_L_CACHE = 3
+# qwen35 (Qwen3.5/3.6): gated-delta-net layers with full attention every 4th, and optionally MTP heads
+# (nextn layers after the trunk); the delta net's sizes: conv kernel, state (= head size), key heads
+# (groups), value heads (time-step rank)
+QWEN35_SSM = {"d_conv": 4, "d_state": 16, "n_group": 2, "dt_rank": 4}
+QWEN35_FULL_ATTENTION_INTERVAL = 4
 
 _SPECIALS = ["<unk>", "<s>", "</s>", "<mask>"]
 # single characters first (so any lowercase text tokenizes: SPM merges only
@@ -148,9 +153,40 @@ def _lfm2_is_conv(il: int) -> bool:
     return il % 2 == 0
 
 
+def _qwen35_layer_tensors(s: TinyShape, r: _Rand, il: int) -> dict[str, np.ndarray]:
+    """A Qwen3.5 block: gated delta net or gated full attention (its attn_q carries the output gate),
+    post-attention norm, FFN; a layer past the trunk is an MTP head (full attention + the nextn parts)."""
+    p = f"blk.{il}."
+    q_dim, kv_dim = s.n_head * s.head_dim, s.n_head_kv * s.head_dim
+    t = {p + "attn_norm.weight": r.norm(s.n_embd), p + "post_attention_norm.weight": r.norm(s.n_embd),
+         p + "ffn_gate.weight": r.mat(s.n_embd, s.n_ff), p + "ffn_up.weight": r.mat(s.n_embd, s.n_ff),
+         p + "ffn_down.weight": r.mat(s.n_ff, s.n_embd)}
+    if il < s.n_layer and (il + 1) % QWEN35_FULL_ATTENTION_INTERVAL != 0:
+        ssm = QWEN35_SSM
+        key_dim, value_dim = ssm["d_state"] * ssm["n_group"], ssm["d_state"] * ssm["dt_rank"]
+        conv_dim = 2 * key_dim + value_dim
+        return t | {p + "attn_qkv.weight": r.mat(s.n_embd, conv_dim),
+                    p + "attn_gate.weight": r.mat(s.n_embd, value_dim),
+                    p + "ssm_conv1d.weight": r.mat(ssm["d_conv"], conv_dim, scale=0.5),
+                    p + "ssm_dt.bias": (0.1 * r.rng.standard_normal(ssm["dt_rank"])).astype(np.float32),
+                    p + "ssm_a": (-np.exp(0.1 * r.rng.standard_normal(ssm["dt_rank"]))).astype(np.float32),
+                    p + "ssm_beta.weight": r.mat(s.n_embd, ssm["dt_rank"]),
+                    p + "ssm_alpha.weight": r.mat(s.n_embd, ssm["dt_rank"]),
+                    p + "ssm_norm.weight": r.norm(ssm["d_state"]), p + "ssm_out.weight": r.mat(value_dim, s.n_embd)}
+    t |= {p + "attn_q.weight": r.mat(s.n_embd, 2 * q_dim), p + "attn_k.weight": r.mat(s.n_embd, kv_dim),
+          p + "attn_v.weight": r.mat(s.n_embd, kv_dim), p + "attn_output.weight": r.mat(q_dim, s.n_embd),
+          p + "attn_q_norm.weight": r.norm(s.head_dim), p + "attn_k_norm.weight": r.norm(s.head_dim)}
+    if il >= s.n_layer:  # an MTP head: [embedding ; hidden state] -> n_embd, then the block above
+        t |= {p + "nextn.eh_proj.weight": r.mat(2 * s.n_embd, s.n_embd), p + "nextn.enorm.weight": r.norm(s.n_embd),
+              p + "nextn.hnorm.weight": r.norm(s.n_embd), p + "nextn.shared_head_norm.weight": r.norm(s.n_embd)}
+    return t
+
+
 def _layer_tensors(arch: str, s: TinyShape, r: _Rand, il: int) -> dict[str, np.ndarray]:
     p = f"blk.{il}."
     q_dim, kv_dim = s.n_head * s.head_dim, s.n_head_kv * s.head_dim
+    if arch == "qwen35":
+        return _qwen35_layer_tensors(s, r, il)
     if arch == "lfm2" and _lfm2_is_conv(il):
         return {p + "attn_norm.weight": r.norm(s.n_embd), p + "ffn_norm.weight": r.norm(s.n_embd),
                 p + "shortconv.conv.weight": r.mat(LFM2_CONV_L_CACHE, s.n_embd),
@@ -179,9 +215,11 @@ def _layer_tensors(arch: str, s: TinyShape, r: _Rand, il: int) -> dict[str, np.n
 
 
 def write_tiny_target(path: str | Path, arch: str = "qwen3", shape: TinyShape = TinyShape(), seed: int = 0,
-                      tied_output: bool = False, chat_template: str | None = None) -> Path:
+                      tied_output: bool = False, chat_template: str | None = None, mtp_layers: int = 0) -> Path:
     """A tiny random F32 target of architecture `arch` with the tiny vocabulary
-    (and `chat_template` as its tokenizer.chat_template, when given)."""
+    (and `chat_template` as its tokenizer.chat_template, when given); qwen35 with `mtp_layers` MTP heads."""
+    if mtp_layers and arch != "qwen35":
+        raise ValueError(f"MTP heads: only the qwen35 recipe has them, not {arch!r}")
     if arch not in TINY_ARCHS:
         raise ValueError(f"no tiny recipe for architecture {arch!r}; have {', '.join(TINY_ARCHS)}")
     path = Path(path)
@@ -192,10 +230,22 @@ def write_tiny_target(path: str | Path, arch: str = "qwen3", shape: TinyShape = 
     w.add_name("flashdesk tiny random target")  # no arch in the name: llama.cpp special-cases "phi3" names
     n_head_kv = ([0 if _lfm2_is_conv(il) else s.n_head_kv for il in range(s.n_layer)] if arch == "lfm2"
                  else s.n_head_kv)
-    add_transformer_header(w, n_ctx=s.n_ctx, n_embd=s.n_embd, n_layer=s.n_layer, n_ff=s.n_ff,
+    add_transformer_header(w, n_ctx=s.n_ctx, n_embd=s.n_embd, n_layer=s.n_layer + mtp_layers, n_ff=s.n_ff,
                            n_head=s.n_head, n_head_kv=n_head_kv, head_dim=s.head_dim)
     w.add_rope_freq_base(10000.0)
     w.add_rope_dimension_count(s.head_dim)
+    if arch == "qwen35":
+        ssm = QWEN35_SSM
+        w.add_ssm_conv_kernel(ssm["d_conv"])
+        w.add_ssm_state_size(ssm["d_state"])
+        w.add_ssm_group_count(ssm["n_group"])
+        w.add_ssm_time_step_rank(ssm["dt_rank"])
+        w.add_ssm_inner_size(ssm["d_state"] * ssm["dt_rank"])
+        w.add_full_attention_interval(QWEN35_FULL_ATTENTION_INTERVAL)
+        half = s.head_dim // 2  # interleaved M-RoPE over the rotary pairs (text: all sections one position)
+        w.add_rope_dimension_sections([half - 2 * (half // 3), half // 3, half // 3, 0])
+        if mtp_layers:
+            w.add_nextn_predict_layers(mtp_layers)
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
     if arch == "gemma2":
         w.add_sliding_window(256)
@@ -218,7 +268,7 @@ def write_tiny_target(path: str | Path, arch: str = "qwen3", shape: TinyShape = 
     w.add_tensor("token_embd_norm.weight" if arch == "lfm2" else "output_norm.weight", r.norm(s.n_embd))
     if not tied_output and arch not in ("gemma2", "gemma3"):
         w.add_tensor("output.weight", r.mat(s.n_embd, len(TINY_VOCAB)))
-    for il in range(s.n_layer):
+    for il in range(s.n_layer + mtp_layers):
         for name, arr in _layer_tensors(arch, s, r, il).items():
             w.add_tensor(name, arr)
     _finish(w)
@@ -339,11 +389,12 @@ def write_eagle3_header(path: str | Path, drafter: str | Path) -> Path:
 
 
 def write_tiny_pair(out_dir: str | Path, arch: str = "qwen3", seed: int = 0, block_size: int = 8,
-                    shape: TinyShape = TinyShape(), chat_template: str | None = None) -> tuple[Path, Path]:
+                    shape: TinyShape = TinyShape(), chat_template: str | None = None,
+                    mtp_layers: int = 0) -> tuple[Path, Path]:
     """(target, drafter) of about 1 MB together; drafter taps layers [1, n_layer-1]."""
     out_dir = Path(out_dir)
     target = write_tiny_target(out_dir / f"tiny-{arch}-target.gguf", arch, shape, seed,
-                               chat_template=chat_template)
+                               chat_template=chat_template, mtp_layers=mtp_layers)
     drafter = write_drafter(out_dir / f"tiny-{arch}-dflash.gguf", target, n_layer=2,
                             target_layers=[1, shape.n_layer - 1], block_size=block_size, seed=seed + 1)
     return target, drafter
@@ -430,6 +481,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("out_dir")
     p.add_argument("--arch", default="qwen3", choices=TINY_ARCHS)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--mtp", type=int, default=0, metavar="N", help="qwen35: a target carrying N MTP heads")
     d = sub.add_parser("drafter", help="write a random drafter for a target GGUF")
     d.add_argument("--target", required=True)
     d.add_argument("--out", required=True)
@@ -447,7 +499,7 @@ def main(argv: list[str] | None = None) -> int:
         for p in write_standin(Path(args.out_dir).expanduser(), args.shape):
             print(p)
     elif args.cmd == "pair":
-        t, dr = write_tiny_pair(args.out_dir, args.arch, args.seed)
+        t, dr = write_tiny_pair(args.out_dir, args.arch, args.seed, mtp_layers=args.mtp)
         print(t)
         print(dr)
     else:

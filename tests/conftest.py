@@ -41,6 +41,15 @@ def tiny_lfm2_pair(tiny_dir: Path) -> tuple[Path, Path]:
 
 
 @pytest.fixture(scope="session")
+def tiny_qwen35_pair(tiny_dir: Path) -> tuple[Path, Path]:
+    """A Qwen3.5-shaped hybrid target (gated delta nets, full attention every 4th layer) and a DFlash
+    drafter tapping it."""
+    from gguf_tools.synth import write_tiny_pair
+
+    return write_tiny_pair(tiny_dir / "qwen35", "qwen35")
+
+
+@pytest.fixture(scope="session")
 def tiny_dflash2_pair(tiny_pair: tuple[Path, Path]) -> tuple[Path, Path]:
     """The tiny qwen3 target and a random DFlash2 drafter for it (selector over the top 4, block 8)."""
     from gguf_tools.synth import DFlash2Shape, write_drafter

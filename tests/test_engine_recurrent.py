@@ -11,12 +11,16 @@ from pathlib import Path
 import pytest
 
 import app.engine.dflash as dflash
+from app.engine.controller import policy_for_mode
 from app.engine.dflash import Engine, EngineConfig
 from app.engine.draft_policy import Choice
 from app.engine.params import GenerationParams
 from app.errors import GenerationError
 from app.session.draft_sources import draft_source_lines
 from app.session.models import ModelSpec
+from gguf_tools.formats import MTP, draft_format
+from gguf_tools.reader import read_gguf
+from gguf_tools.synth import write_tiny_target
 from native.api import llama as lc
 
 PROMPT = "the cat sat on the mat and then it ran out"
@@ -65,5 +69,33 @@ def test_a_rollback_that_fails_stops_the_reply(tiny_lfm2_pair: tuple[Path, Path]
         with pytest.raises(GenerationError, match="could not take back the rejected drafts"):
             e.complete(prompt, GenerationParams(max_tokens=24), draft_override=wrong)
         assert e.complete(prompt, GenerationParams(max_tokens=24, speculative=False)).tokens == plain
+    finally:
+        e.close()
+
+
+def test_a_qwen35_target_with_mtp_heads(tmp_path: Path) -> None:
+    """The tiny Qwen3.5 target with an MTP head (what Qwen3.5/3.6 GGUFs carry): llama.cpp loads the head
+    and makes an MTP context on it (what draft-mtp drafts from); the pair check names the format; the
+    trunk speculates with the lookup, identical to plain decoding (the head is not driven yet)."""
+    target = write_tiny_target(tmp_path / "qwen35-mtp.gguf", "qwen35", mtp_layers=1)
+    assert draft_format(read_gguf(target)).format == MTP
+    mp = lc.llama_model_default_params()
+    mp.load_mtp = True  # (the engine's trunk skips the head's tensors)
+    model = lc.llama_model_load_from_file(str(target).encode(), mp)
+    assert model and lc.llama_model_n_layer_nextn(model) == 1 and lc.llama_model_n_layer(model) == 4
+    cp = lc.llama_context_default_params()
+    cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.ctx_type = 256, 64, 64, lc.LLAMA_CONTEXT_TYPE_MTP
+    mtp = lc.llama_init_from_model(model, cp)
+    assert mtp, "llama.cpp made no MTP context on the synthetic head"
+    lc.llama_free(mtp)
+    lc.llama_model_free(model)
+    e = Engine(target, None, EngineConfig(n_ctx=512))
+    try:
+        prompt = e.tokenize(PROMPT + " " + PROMPT)
+        plain = e.complete(prompt, GenerationParams(max_tokens=48, speculative=False)).tokens
+        done = e.complete(prompt, GenerationParams(max_tokens=48), policy=policy_for_mode(e, "lookup", 3))
+        assert done.tokens == plain and done.stats.drafted > 0
+        lines = draft_source_lines(e, ModelSpec(target=str(target)))
+        assert any(line.startswith("the target carries MTP heads (qwen35 with 1 MTP (nextn) head") for line in lines)
     finally:
         e.close()

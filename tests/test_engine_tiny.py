@@ -32,7 +32,7 @@ def run(engine: Engine, prompt: list[int], params: GenerationParams, **kw) -> tu
 
 
 @pytest.mark.parametrize("pair", ["tiny_pair", "tiny_gemma_pair", "tiny_dflash2_pair", "tiny_dspark_pair",
-                                  "tiny_lfm2_pair"])
+                                  "tiny_lfm2_pair", "tiny_qwen35_pair"])
 def test_speculative_greedy_equals_plain(pair: str, request: pytest.FixtureRequest) -> None:
     e = Engine(*request.getfixturevalue(pair), EngineConfig(n_ctx=512))
     prompt = e.tokenize(PROMPT)
@@ -45,7 +45,7 @@ def test_speculative_greedy_equals_plain(pair: str, request: pytest.FixtureReque
 
 
 @pytest.mark.parametrize("pair", ["tiny_pair", "tiny_gemma_pair", "tiny_dflash2_pair", "tiny_dspark_pair",
-                                  "tiny_lfm2_pair"])
+                                  "tiny_lfm2_pair", "tiny_qwen35_pair"])
 def test_forced_partial_drafts_stay_identical(pair: str, request: pytest.FixtureRequest) -> None:
     """Drafts right for a varying prefix, then wrong: multi-token acceptance, rejection and rollback."""
     e = Engine(*request.getfixturevalue(pair), EngineConfig(n_ctx=512))

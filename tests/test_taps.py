@@ -26,7 +26,7 @@ _base.ggml_nbytes.restype = ctypes.c_size_t
 _base.ggml_backend_tensor_get.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t]
 
 PATCHED = ["gemma3", "gemma2", "mistral3", "phi3", "granite"]
-UPSTREAM = ["qwen3", "llama", "lfm2"]  # lfm2: a hybrid (short convolutions), as Qwen3.5 is
+UPSTREAM = ["qwen3", "llama", "lfm2", "qwen35"]  # lfm2, qwen35: hybrids (short convolutions, gated delta nets)
 SHAPE = TinyShape(n_layer=4)
 TOKENS = [5, 9, 17, 33, 40, 41, 50]
 
