@@ -293,3 +293,44 @@ def test_upstream_draft_is_draft_simple_with_the_draft_model() -> None:
         peers.ServerPeer(d, Path("llama-server"), Path("t.gguf"), Path("d.gguf"), 512, 2, 512)
     with pytest.raises(ValueError, match="one draft file"):
         peers.parse_mode("upstream-chain:draft-simple+draft-dflash")
+
+
+def test_upstream_mtp_is_draft_mtp_on_the_targets_own_heads(tmp_path: Path) -> None:
+    """upstream-mtp: llama-server's draft-mtp, the target's own MTP heads (no second file); a target
+    without heads is refused before a server starts (issue 28 point 5)."""
+    from gguf_tools.synth import write_tiny_target
+
+    m = peers.parse_mode("upstream-mtp@2")
+    assert not m.needs_drafter and not m.needs_draft_model and m.needs_mtp_heads and m.on_server
+    assert m.spec_args() == ["--spec-type", "draft-mtp", "--spec-draft-n-max", "2"]
+    with_heads = write_tiny_target(tmp_path / "mtp.gguf", "qwen35", mtp_layers=1)
+    p = peers.ServerPeer(m, Path("llama-server"), with_heads, None, 512, 2, 512)
+    assert "-md" not in p.args and p.args[p.args.index("-m") + 1] == str(with_heads)
+    without = write_tiny_target(tmp_path / "trunk.gguf", "qwen35")
+    with pytest.raises(ValueError, match="needs a target with MTP heads; trunk.gguf has none"):
+        peers.ServerPeer(m, Path("llama-server"), without, None, 512, 2, 512)
+    with pytest.raises(ValueError, match="takes no type"):
+        peers.parse_mode("upstream-mtp:ngram-mod")
+
+
+@pytest.mark.slow
+def test_bench_runs_upstream_mtp_on_a_qwen35_target_with_heads(tmp_path: Path) -> None:
+    """The real llama-server drafts from the tiny Qwen3.5 target's MTP head: its output is ours plain."""
+    from app.cli import main
+    from gguf_tools.synth import write_tiny_target
+    from native import server as ns
+
+    if not os.environ.get("FLASHDESK_LLAMA_SERVER"):
+        ns.build_server()  # cached after the first time
+    target = write_tiny_target(tmp_path / "mtp.gguf", "qwen35", mtp_layers=1)
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"id": "t", "prompt": "the cat sat on the mat", "format": "raw",
+                                   "category": "tiny"}) + "\n")
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--target", str(target), "--no-drafter", "--prompts", str(prompts), "--max-tokens", "24",
+                 "--threads", "2", "--mode", "plain,upstream-mtp@3", "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert "draft-mtp" in res["peers"]["upstream-mtp@3"]["args"]
+    e = res["prompts"][0]["modes"]["upstream-mtp@3"]
+    assert e["lossless"] is True and e["tokens"] == res["prompts"][0]["modes"]["plain"]["tokens"]
+    assert e["drafted"] > 0  # from the head (random: none pass)

@@ -24,6 +24,7 @@ Mode names (comma-separated in `--mode`; `@K` sets the draft length):
     upstream-plain                      the server without speculation
     upstream-dflash[@K]                 --spec-type draft-dflash, our drafter (default --spec-draft-n-max 3)
     upstream-draft[@K]                  --spec-type draft-simple, our classic draft model (--draft-model)
+    upstream-mtp[@K]                    --spec-type draft-mtp: the target's own MTP heads (Qwen3.5/3.6)
     upstream-lookup[:TYPE][@K]          n-gram speculation; TYPE one of LOOKUP_TYPES (default ngram-mod)
     upstream-chain[:T1+T2...][@K]       chained types, the first that drafts wins
                                         (default ngram-simple+draft-dflash)
@@ -49,6 +50,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.engine.text_stream import TextStream
+from gguf_tools.formats import mtp_layers
+from gguf_tools.reader import read_gguf
 from native import server as native_server
 
 if TYPE_CHECKING:
@@ -79,7 +82,8 @@ def after_first_step(n: int, n_first: int, seconds_after: float) -> float:
     """TOKENS_PER_S: the tokens after the first step's n_first over the time after it (0: none)."""
     return round((n - n_first) / seconds_after, 3) if n > n_first and seconds_after > 0 else 0.0
 
-SERVER_FAMILIES = ("upstream-plain", "upstream-dflash", "upstream-lookup", "upstream-chain", "upstream-draft")
+SERVER_FAMILIES = ("upstream-plain", "upstream-dflash", "upstream-lookup", "upstream-chain", "upstream-draft",
+                   "upstream-mtp")
 PY_LOOKUP = "llama-cpp-python-lookup"
 FAMILIES = (*SERVER_FAMILIES, PY_LOOKUP)
 # our modes a peer is compared with, first found (hybrid drafts from both sources, as a chain does)
@@ -105,6 +109,10 @@ class PeerSpec:
         return "draft-simple" in self.spec_types
 
     @property
+    def needs_mtp_heads(self) -> bool:
+        return "draft-mtp" in self.spec_types
+
+    @property
     def on_server(self) -> bool:
         return self.family in SERVER_FAMILIES
 
@@ -116,7 +124,7 @@ class PeerSpec:
         if self.k is None:
             return args
         for t in self.spec_types:
-            if t in ("draft-dflash", "draft-simple"):  # one knob for both (params.draft.n_max)
+            if t in ("draft-dflash", "draft-simple", "draft-mtp"):  # one knob for all (params.draft.n_max)
                 args += ["--spec-draft-n-max", str(self.k)]
             elif t in ("ngram-simple", "ngram-map-k", "ngram-map-k4v"):
                 args += [f"--spec-{t}-size-m", str(self.k)]
@@ -154,6 +162,10 @@ def parse_mode(mode: str) -> PeerSpec | None:
         if types:
             raise ValueError(f"{mode!r}: upstream-draft takes no type (it is draft-simple)")
         return PeerSpec(mode, family, ("draft-simple",), k)
+    if family == "upstream-mtp":
+        if types:
+            raise ValueError(f"{mode!r}: upstream-mtp takes no type (it is draft-mtp)")
+        return PeerSpec(mode, family, ("draft-mtp",), k)
     if family == "upstream-lookup":
         types = types or (DEFAULT_LOOKUP,)
         if len(types) != 1 or types[0] not in LOOKUP_TYPES:
@@ -228,6 +240,8 @@ class ServerPeer:
             raise ValueError(f"{spec.mode} needs a drafter (--drafter, or the bundled pair)")
         if spec.needs_draft_model and draft_model is None:
             raise ValueError(f"{spec.mode} needs a draft model (--draft-model)")
+        if spec.needs_mtp_heads and not mtp_layers(read_gguf(target)):
+            raise ValueError(f"{spec.mode} needs a target with MTP heads; {target.name} has none")
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = Path(tempfile.mkstemp(prefix=f"flashdesk-{spec.mode.replace(':', '_')}-", suffix=".log")[1])
@@ -404,7 +418,7 @@ def open_peers(engine: Engine, modes: list[str], log: Callable[[str], None] | No
             say("[peers] llama-server is not built for this tree yet: building it (a few minutes)")
             exe = native_server.build_server()
     place = engine.config.target_placement
-    warm = engine.tokenize("The quick brown fox")
+    warm = engine.tokenize("the quick brown fox")  # (lowercase: the tests' tiny vocabulary has no capitals)
     try:
         for s in specs:
             if s.on_server:
