@@ -14,7 +14,7 @@ import pytest
 
 from app.chat.format import ChatMessage, prompt_format_of
 from app.engine.calibration import CostModel
-from app.engine.controller import CAUTION, DFLASH_CONTEXT_EDGES, LOOKUP_TRUST_WEIGHT, REPLY_KEEP, DraftController
+from app.engine.controller import CAUTION, LOOKUP_TRUST_WEIGHT, REPLY_KEEP, DraftController
 from app.engine.dflash import Engine, EngineConfig
 from app.engine.draft_policy import DFLASH, LOOKUP, PLAIN, Choice, StepInfo, StepTiming
 from app.engine.events import Completion
@@ -103,31 +103,6 @@ def test_a_proven_source_still_drafts_long_at_a_short_context() -> None:
             p.observe(c, c.k, StepTiming())
         ks[caution] = p.choose(step)
     assert ks[CAUTION] == ks[0.0] and ks[CAUTION].k >= 6 and ks[CAUTION].source == LOOKUP
-
-
-def test_what_a_chat_taught_the_drafter_does_not_decide_a_documents_steps(monkeypatch: pytest.MonkeyPatch) -> None:
-    """DFlash's acceptance is learned per context length: after 30 chat steps at 300 cells whose
-    drafts all passed, an answer over an 8,000-cell document where every DFlash draft fails drafts
-    little (the long context's own estimate, the prior, then its failures), where one model for every
-    length drafts until the chat's record wears off; and back in the chat the drafter drafts long at
-    once, where the one model has to be proven again."""
-    runs = {}
-    for edges in (DFLASH_CONTEXT_EDGES, ()):
-        monkeypatch.setattr("app.engine.controller.DFLASH_CONTEXT_EDGES", edges)
-        p = DraftController(measured_costs(), (DFLASH,), refresh_costs=False)
-        chat = StepInfo(None, True, 1, False, 300)
-        for _ in range(30):
-            c = p.choose(chat)
-            p.observe(c, c.k, StepTiming())
-        drafted = 0
-        for i in range(40):
-            c = p.choose(StepInfo(None, True, 1, i == 0, 8000 + i))
-            drafted += c.k > 0
-            p.observe(c, 0, StepTiming())
-        runs[edges] = drafted, p.choose(StepInfo(None, True, 1, True, 300)).k
-    (drafted, k_back), (drafted_one, k_back_one) = runs[DFLASH_CONTEXT_EDGES], runs[()]
-    assert drafted <= drafted_one // 2, runs
-    assert k_back >= 6 and k_back > k_back_one, runs
 
 
 def _failing_lookup_steps(policy: DraftController, steps: int, n_past: int) -> tuple[int, float]:
