@@ -153,14 +153,18 @@ def _lfm2_is_conv(il: int) -> bool:
     return il % 2 == 0
 
 
+def _ffn_tensors(s: TinyShape, r: _Rand, p: str) -> dict[str, np.ndarray]:
+    return {p + "ffn_gate.weight": r.mat(s.n_embd, s.n_ff), p + "ffn_up.weight": r.mat(s.n_embd, s.n_ff),
+            p + "ffn_down.weight": r.mat(s.n_ff, s.n_embd)}
+
+
 def _qwen35_layer_tensors(s: TinyShape, r: _Rand, il: int) -> dict[str, np.ndarray]:
     """A Qwen3.5 block: gated delta net or gated full attention (its attn_q carries the output gate),
     post-attention norm, FFN; a layer past the trunk is an MTP head (full attention + the nextn parts)."""
     p = f"blk.{il}."
     q_dim, kv_dim = s.n_head * s.head_dim, s.n_head_kv * s.head_dim
     t = {p + "attn_norm.weight": r.norm(s.n_embd), p + "post_attention_norm.weight": r.norm(s.n_embd),
-         p + "ffn_gate.weight": r.mat(s.n_embd, s.n_ff), p + "ffn_up.weight": r.mat(s.n_embd, s.n_ff),
-         p + "ffn_down.weight": r.mat(s.n_ff, s.n_embd)}
+         **_ffn_tensors(s, r, p)}
     if il < s.n_layer and (il + 1) % QWEN35_FULL_ATTENTION_INTERVAL != 0:
         ssm = QWEN35_SSM
         key_dim, value_dim = ssm["d_state"] * ssm["n_group"], ssm["d_state"] * ssm["dt_rank"]
@@ -191,9 +195,7 @@ def _layer_tensors(arch: str, s: TinyShape, r: _Rand, il: int) -> dict[str, np.n
         return {p + "attn_norm.weight": r.norm(s.n_embd), p + "ffn_norm.weight": r.norm(s.n_embd),
                 p + "shortconv.conv.weight": r.mat(LFM2_CONV_L_CACHE, s.n_embd),
                 p + "shortconv.in_proj.weight": r.mat(s.n_embd, 3 * s.n_embd),
-                p + "shortconv.out_proj.weight": r.mat(s.n_embd, s.n_embd),
-                p + "ffn_gate.weight": r.mat(s.n_embd, s.n_ff), p + "ffn_up.weight": r.mat(s.n_embd, s.n_ff),
-                p + "ffn_down.weight": r.mat(s.n_ff, s.n_embd)}
+                p + "shortconv.out_proj.weight": r.mat(s.n_embd, s.n_embd), **_ffn_tensors(s, r, p)}
     t = {p + "attn_norm.weight": r.norm(s.n_embd), p + "ffn_norm.weight": r.norm(s.n_embd),
          p + "attn_output.weight": r.mat(q_dim, s.n_embd), p + "ffn_down.weight": r.mat(s.n_ff, s.n_embd)}
     if arch == "phi3":
