@@ -11,7 +11,7 @@ from app.engine.calibration import CostModel
 
 def _reference(m: AcceptanceModel, z: float, first: float) -> tuple[np.ndarray, np.ndarray]:
     p = m.p  # the smoothed, clipped estimate
-    n = m.tried + m.weight
+    n = m.tried + m.prior_weight
     both = np.stack((p, (p - z * np.sqrt(p * (1.0 - p) / (n + 1.0))).clip(0.0, 0.999)))
     both[:, :1] *= first
     e = np.ones((2, m.k_max + 1))
@@ -36,10 +36,10 @@ def test_a_kept_answer_follows_the_counts() -> None:
     before = m.expected_both(0.5)[0].copy()
     assert m.expected_both(0.5)[0] is m.expected_both(0.5)[0]  # kept while nothing changed
     m.observe(8, 8)
-    after, after_low = m.expected_both(0.5)
+    after = m.expected_both(0.5)[0]
     assert after[-1] > before[-1]
-    m.forget(0.1)  # a new reply: the estimate stays, what it is worth cautiously falls
-    assert m.expected_both(0.5)[0] == pytest.approx(after) and m.expected_both(0.5)[1][-1] < after_low[-1]
+    m.forget(0.1)
+    assert m.expected_both(0.5)[0][-1] < after[-1]
     m.acc[:] = 0.0  # set directly, as tests and the controller's own resets do
     assert m.expected_both(0.5)[0] == pytest.approx(_reference(m, 0.5, 1.0)[0])
     assert m.expected_both(0.5, 0.5)[0][1] == pytest.approx(_reference(m, 0.5, 0.5)[0][1])
@@ -56,22 +56,3 @@ def test_rising_costs_follow_the_lists() -> None:
     cm.update(3, 0.020)
     assert cm.rising("verify_s")[2] == pytest.approx(cm.verify_s[3]) and cm.verify_s[3] > 0.012
     assert "_rising" not in cm.to_dict()
-
-
-@pytest.mark.parametrize("rate", [0.15, 0.5, 0.9])
-def test_the_prior_washes_out_of_a_long_record(rate: float) -> None:
-    """A source passing `rate` of its first drafts, step after step and reply after reply, is estimated
-    at that rate, not held toward the prior (0.7, 2 pseudo-counts): with the pseudo-counts kept at full
-    weight a 15% source read 27% on average here, above the break-even of a one-token DFlash draft over
-    a document on this CPU."""
-    m = AcceptanceModel(3, prior=0.7)
-    passed, seen = 0.0, []
-    for i in range(400):
-        if i % 20 == 0:
-            m.forget(0.5)  # a new reply every 20 steps
-        ok = passed / (i + 1) < rate  # passes spread evenly at `rate`
-        passed += ok
-        m.observe(1, int(ok))
-        if i >= 200:
-            seen.append(float(m.p[0]))  # (a decayed estimate follows the last steps: averaged)
-    assert np.mean(seen) == pytest.approx(rate, abs=0.025)

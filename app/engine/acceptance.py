@@ -6,12 +6,6 @@ toward the estimate of the position before it (a few pseudo-counts): a
 position never reached yet is assumed to behave like its predecessor, so runs
 of full acceptance extend the draft and a source that fails at position 1 is
 not tried deeper. Expected tokens of a step drafting k: E(k) = 1 + sum_j prod p.
-
-The pseudo-counts are the first observations and decay as the real ones do:
-held at full weight while the counts stay at ~1/(1 - decay) steps, they kept
-the estimate of a drafter passing 15% of the time at ~24% (a floor at the
-break-even of a one-token DFlash draft over a document), and a new reply's
-halved counts pulled it back toward the prior.
 """
 
 from __future__ import annotations
@@ -29,7 +23,6 @@ class AcceptanceModel:
         self.decay = decay
         self.tried = np.zeros(self.k_max, dtype=np.float64)
         self.acc = np.zeros(self.k_max, dtype=np.float64)
-        self.weight = np.full(self.k_max, float(prior_weight))  # the pseudo-counts, decayed with the counts
         # expected_both's last answer, kept while the counts are the same: the controller reads every
         # source's model every step, and most steps change one of them at most
         self._memo_key: tuple | None = None
@@ -44,8 +37,8 @@ class AcceptanceModel:
         """p[j] before clipping: each position's counts smoothed toward the position before it. A
         recurrence over <= 16 positions, in Python floats: numpy's per-element indexing made it ~1 us
         a position, and the controller reads it every step (issue 30's host cost)."""
-        q, out = self.prior, []
-        for a, t, w in zip(self.acc.tolist(), self.tried.tolist(), self.weight.tolist()):
+        w, q, out = self.prior_weight, self.prior, []
+        for a, t in zip(self.acc.tolist(), self.tried.tolist()):
             q = (a + w * q) / (t + w)
             out.append(q)
         return out
@@ -68,12 +61,13 @@ class AcceptanceModel:
         """(expected(first), expected_cautious(z, first)) from one reading of p (the controller
         wants both for every source at every step). In Python floats over <= 16 positions (a dozen
         numpy calls cost more there), read-only arrays kept while the counts are the same."""
-        key = (self.acc.tobytes(), self.tried.tobytes(), self.weight.tobytes(), z, first)
+        key = (self.acc.tobytes(), self.tried.tobytes(), z, first)
         if key == self._memo_key:
             return self._memo
+        w = self.prior_weight
         e, low = [1.0], [1.0]
         run_e = run_low = 1.0
-        for j, (q, t, w) in enumerate(zip(self._smoothed(), self.tried.tolist(), self.weight.tolist())):
+        for j, (q, t) in enumerate(zip(self._smoothed(), self.tried.tolist())):
             p = min(max(q, 0.0), 0.999)
             lo = min(max(p - z * math.sqrt(p * (1.0 - p) / (t + w + 1.0)), 0.0), 0.999)
             if j == 0:
@@ -89,11 +83,9 @@ class AcceptanceModel:
         return both
 
     def forget(self, keep: float) -> None:
-        """Weigh what was seen so far by `keep` (a new reply: its text may not be like the last one's):
-        the estimate stays, its uncertainty grows."""
+        """Weigh what was seen so far by `keep` (a new reply: its text may not be like the last one's)."""
         self.tried *= keep
         self.acc *= keep
-        self.weight *= keep
 
     def observe(self, k: int, accepted: int) -> None:
         """A step drafted k and `accepted` of them passed."""
@@ -103,7 +95,6 @@ class AcceptanceModel:
         reached = min(accepted + 1, k)
         self.tried[:reached] = self.decay * self.tried[:reached] + 1.0
         self.acc[:reached] = self.decay * self.acc[:reached]
-        self.weight[:reached] *= self.decay
         self.acc[:min(accepted, k)] += 1.0
 
 
