@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 import app.engine.dflash as dflash
+from app.bench.runner import bench
+from app.engine.calibration import calibrate
 from app.engine.controller import policy_for_mode
 from app.engine.dflash import Engine, EngineConfig
 from app.engine.draft_policy import Choice
@@ -49,6 +51,11 @@ def test_without_snapshots_replies_decode_plain_and_say_why(tiny_lfm2_pair: tupl
         assert done.tokens == plain and done.stats.drafted == 0
         spec = ModelSpec(target=str(tiny_lfm2_pair[0]), drafter=str(tiny_lfm2_pair[1]))
         assert draft_source_lines(e, spec) == (e.speculation_blocked,)
+        # nothing drafts, so there are no draft costs to measure (and none cached) nor a bench against plain
+        with pytest.raises(GenerationError, match="cannot roll back"):
+            calibrate(e, use_cache=False)
+        with pytest.raises(ValueError, match="cannot roll back"):
+            bench(e, [], ["plain", "hybrid"])
     finally:
         e.close()
 

@@ -197,6 +197,8 @@ def bench(engine: Engine, prompts: list[BenchPrompt], modes: list[str], max_toke
     if wants_dm and engine.draft_model is None:
         raise ValueError(f"the modes {', '.join(wants_dm)} need a draft model (--draft-model)")
     ours = [m for m in modes if not peer_modes.is_peer(m)]
+    if engine.speculation_blocked:  # nothing to compare with plain decoding (llama-server cannot draft either)
+        raise ValueError(engine.speculation_blocked)
     rows = []
     t0 = time.time()
 

@@ -36,6 +36,7 @@ import numpy as np
 from app.engine.dflash import Engine
 from app.engine.draft_policy import DFLASH, LOOKUP, LOOKUP_K_MAX, PLAIN_STEP, Choice, StepInfo, StepTiming
 from app.engine.params import GenerationParams
+from app.errors import GenerationError
 from native.lib import build_info
 
 # the tokens do not change a pass's cost: a fixed run of ids (no text, so a
@@ -322,6 +323,8 @@ def measure(engine: Engine, rounds: int = 4, pairs: int = 4) -> CostModel:
     step's injection call; switch_s the median of (first - second) over every pair. The same with
     1 and CTX_N tokens at two contexts gives the context terms (_context_terms). The cost per
     injected row is timed on its own (Engine.time_injection). Leaves the engine's caches empty."""
+    if engine.speculation_blocked:  # nothing drafts: every step would be plain, and the costs zeros
+        raise GenerationError(engine.speculation_blocked)
     n_max = engine.block_size if engine.has_drafter else LOOKUP_K_MAX + 1
     plain: list[float] = []  # the steady plain steps
     ratio: dict[int, list[float]] = {n: [] for n in range(2, n_max + 1)}  # steady n-step / steady plain step

@@ -140,7 +140,7 @@ class Host:
         # the spec as chosen (a left-out drafter stays in the panel's field, with the line saying why)
         self.send(Loaded(ModelInfo(chosen, session.model_label, engine.has_drafter, engine.block_size,
                                    session.format.name, engine.n_ctx, draft_source_lines(engine, spec, left_out))))
-        if req.calibrate and engine.has_drafter:
+        if req.calibrate and engine.has_drafter and not engine.speculation_blocked:
             # the cost model "auto" needs, measured (or read from the cache) while the user watches the load
             self.send(LoadProgress("calibrating", -1.0))
             try:

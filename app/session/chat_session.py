@@ -89,8 +89,8 @@ class ChatSession:
     def policy_for(self, params: GenerationParams) -> DraftPolicy | None:
         """The draft policy of these settings: "auto" is the controller; a fixed length drafts from
         the DFlash drafter (or, without one, the context lookup); None is the engine's default."""
-        if not params.speculative:
-            return None
+        if not params.speculative or self.engine.speculation_blocked:
+            return None  # (blocked: the engine decodes plain; no controller to calibrate)
         if params.adaptive:
             return self.controller()
         if not self.engine.has_drafter:
