@@ -24,7 +24,7 @@ MTP = "mtp"  # a target carrying its own next-token heads
 PLAIN = "plain"  # a plain model: a target, or a classic draft model for a target with its vocabulary
 
 # the formats FlashDesk's own loop drafts from today (app.engine.sources); the rest llama-server runs
-IN_LOOP = (DFLASH_V1, DFLASH2, DSPARK, PLAIN)
+IN_LOOP = (DFLASH_V1, DFLASH2, DSPARK, MTP, PLAIN)
 
 
 @dataclass(frozen=True)
@@ -97,9 +97,10 @@ def draft_format(info: GGUFInfo) -> DraftFormat:
         return DraftFormat(MTP, "target with MTP heads", "draft-mtp",
                            f"{info.arch} with {n_mtp} MTP (nextn) head{'s' if n_mtp > 1 else ''} "
                            f"(blk.*.nextn.eh_proj)",
-                           "no second file: the target's own heads, fed its last hidden state; llama.cpp loads "
-                           "them as a second context on the same file (draft-mtp). FlashDesk's loop does not "
-                           "drive them yet", False)
+                           "no second file: the target's own head, fed its last hidden state, as a second "
+                           "context on the same file (llama.cpp's draft-mtp)" + (
+                               "; several chained heads: FlashDesk's loop drives a single head only, and decodes "
+                               "this target without them" if n_mtp > 1 else ""), n_mtp == 1)
     return DraftFormat(PLAIN, "plain model", "draft-simple" if info.n_layer else "",
                        f"architecture {info.arch}, {info.n_layer} layers",
                        "as a classic draft model: the target's token list (gguf_tools pair checks it), its own "

@@ -78,6 +78,19 @@ flashdesk_dflash2_walk = _bind("flashdesk_dflash2_walk",
                                [_ctx_p, ctypes.c_int32, ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_float)],
                                ctypes.c_int32)
 
+# float * flashdesk_get_nextn_ith(struct llama_context * ctx, int32_t i);
+flashdesk_get_nextn_ith = _bind("flashdesk_get_nextn_ith", [_ctx_p, ctypes.c_int32], ctypes.POINTER(ctypes.c_float))
+
+# void flashdesk_set_nextn_layer_offset(struct llama_context * ctx, int32_t offset);
+flashdesk_set_nextn_layer_offset = _bind("flashdesk_set_nextn_layer_offset", [_ctx_p, ctypes.c_int32], None)
+
+# int32_t flashdesk_tokenize(const struct llama_vocab * vocab, const char * text, int32_t text_len,
+#                            llama_token * tokens, int32_t n_tokens_max, bool add_special, bool parse_special);
+flashdesk_tokenize = _bind("flashdesk_tokenize",
+                           [lc.llama_vocab_p_ctypes, ctypes.c_char_p, ctypes.c_int32, ctypes.POINTER(lc.llama_token),
+                            ctypes.c_int32, ctypes.c_bool, ctypes.c_bool], ctypes.c_int32)
+TOKENIZE_FAILED = -(2 ** 31)  # flashdesk_tokenize's INT32_MIN: the tokenizer threw
+
 # int32_t flashdesk_memory_breakdown(const struct llama_context * ctx, char * buf, int32_t cap);
 flashdesk_memory_breakdown = _bind("flashdesk_memory_breakdown", [_ctx_p, ctypes.c_char_p, ctypes.c_int32],
                                    ctypes.c_int32)

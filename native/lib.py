@@ -60,8 +60,8 @@ def build_info(variant: str | None = None) -> BuildInfo:
     )
 
 
-# the version of src/flashdesk-ext.h (native/patches/0002, 0007) that native/ext.py binds
-EXT_API_VERSION = 4
+# the version of src/flashdesk-ext.h (native/patches/0002, 0007, 0008) that native/ext.py binds
+EXT_API_VERSION = 5
 
 _loaded: ModuleType | None = None
 _cpu: CpuVariant | None = None

@@ -72,17 +72,17 @@ def test_controller_learns_the_draft_model(tiny_pair: tuple[Path, Path]) -> None
     plain, _ = run(e, prompt, FixedDraftLength(0), 48)
     pol = policy_for_mode(e, "hybrid")
     assert isinstance(pol, DraftController) and DRAFT_MODEL in pol.sources
-    assert pol.draft_model_pass_s > 0  # measured at load
+    assert pol.pass_s[DRAFT_MODEL] > 0  # measured at load
     out, st = run(e, prompt, pol, 48)
     assert out == plain
-    assert pol.draft_model.tried.sum() > 0 or st.steps_by_source.get(DRAFT_MODEL, 0) == 0
+    assert pol.sequential[DRAFT_MODEL].tried.sum() > 0 or st.steps_by_source.get(DRAFT_MODEL, 0) == 0
     alone = policy_for_mode(e, "draft-model")
     assert alone.sources == (DRAFT_MODEL,)
     out, st = run(e, prompt, alone, 48)
     assert out == plain
     assert st.steps_by_source.get(DRAFT_MODEL, 0) > 0
     # every draft passes: the learned acceptance rises above the prior
-    assert alone.draft_model.p[0] > 0.8  # the prior is 0.6
+    assert alone.sequential[DRAFT_MODEL].p[0] > 0.8  # the prior is 0.6
     e.close()
 
 

@@ -67,7 +67,7 @@ def test_an_undriven_drafter_is_left_out_with_the_reason(tiny_pair: tuple[Path, 
     assert without_undriven_drafter(ModelSpec(str(target), str(target)))[1] is None
 
 
-def test_a_target_with_mtp_heads_says_they_are_not_driven(tiny_pair: tuple[Path, Path], tmp_path: Path) -> None:
+def test_a_target_with_mtp_heads_the_engine_did_not_load_says_so(tiny_pair: tuple[Path, Path], tmp_path: Path) -> None:
     # only the header says so (the tiny copy has no nextn tensors, so llama.cpp would not load it):
     # the lines read the target's header, the engine is the plain target's
     mtp = copy_gguf(tiny_pair[0], tmp_path / "tiny-mtp.gguf", meta={"qwen3.nextn_predict_layers": 1})
@@ -77,6 +77,6 @@ def test_a_target_with_mtp_heads_says_they_are_not_driven(tiny_pair: tuple[Path,
     finally:
         e.close()
     assert lines == (
-        "the target carries MTP heads (qwen3 with 1 MTP (nextn) head (blk.*.nextn.eh_proj)): not yet driven by "
-        "FlashDesk's loop",
+        "the target carries MTP heads (qwen3 with 1 MTP (nextn) head (blk.*.nextn.eh_proj)): not used: the loaded "
+        "target has none",
         "no drafter: plain decoding with the context lookup")

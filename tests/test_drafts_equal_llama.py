@@ -14,6 +14,10 @@ builds it; minutes from a bare cache, hence slow).
   the k it drafts, so the two are compared on the steps with room for a whole block. A DFlash2
   drafter read as v1 (its logits' argmax instead of the selector's walk) and a DSpark drafter read
   as v1 (v1's block layout) fail the comparison.
+- The MTP source (the target's own head) against draft-mtp, on the tiny Qwen3.5 target with one
+  head. llama.cpp's draft-mtp drafts its n_max whatever the room left, ours the k the room allows,
+  so the two are compared on the steps that drafted a whole k. The head fed zeros instead of the
+  target's states (the pairing llama.cpp does, left out) fails the comparison.
 """
 
 from __future__ import annotations
@@ -22,10 +26,11 @@ import json
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from app.engine.dflash import Engine, EngineConfig
-from app.engine.draft_policy import DFLASH, DRAFT_MODEL, FixedDraftLength
+from app.engine.draft_policy import DFLASH, DRAFT_MODEL, MTP, FixedDraftLength
 from app.engine.params import GenerationParams
 from gguf_tools.formats import DFLASH_V1
 from gguf_tools.synth import write_tiny_target
@@ -48,9 +53,11 @@ def other_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_tiny_target(tmp_path_factory.mktemp("dm-llama") / "tiny-other.gguf", "qwen3", seed=1)
 
 
-def llama_steps(harness: Path, target: Path, draft: Path, prompt: list[int], k: int, n: int,
+def llama_steps(harness: Path, target: Path, draft: Path | None, prompt: list[int], k: int, n: int,
                 p_min: float = 0.0, kind: str = "simple") -> dict:
-    res = subprocess.run([str(harness), "--target", str(target), "--draft", str(draft), "--type", kind,
+    """llama.cpp's drafts at each step; `draft` None: the target's own MTP head (kind "mtp")."""
+    res = subprocess.run([str(harness), "--target", str(target), *(["--draft", str(draft)] if draft else []),
+                          "--type", kind,
                           "--tokens", ",".join(map(str, prompt)), "--n-max", str(k), "--n-min", "0",
                           "--p-min", str(p_min), "--max-tokens", str(n), "--n-ctx", str(N_CTX)],
                          capture_output=True, text=True, errors="replace", timeout=300)
@@ -58,16 +65,22 @@ def llama_steps(harness: Path, target: Path, draft: Path, prompt: list[int], k: 
     return json.loads(res.stdout)
 
 
-def our_steps(target: Path, draft: Path, k: int, n: int, source: str = DRAFT_MODEL,
-              as_v1: bool = False) -> tuple[list[int], list[dict], list[int]]:
+def our_steps(target: Path, draft: Path | None, k: int, n: int, source: str = DRAFT_MODEL,
+              as_v1: bool = False, stateless: bool = False) -> tuple[list[int], list[dict], list[int]]:
     """The prompt's tokens, each step's (n_past, anchor, drafts) as our loop proposed them, and the
     output; asserts the output is plain decoding's. `source`: the draft-model source (draft = a
-    classic draft model) or DFlash (draft = a DFlash v1, DFlash2 or DSpark drafter); `as_v1`: a
-    DFlash2 or DSpark drafter read as if it were v1 (the broken variants)."""
+    classic draft model), DFlash (draft = a DFlash v1, DFlash2 or DSpark drafter) or MTP (no draft:
+    the target's head); `as_v1`: a DFlash2 or DSpark drafter read as if it were v1, `stateless`: the
+    MTP head fed zeros for the target's states (the broken variants)."""
     if source == DFLASH:
         e = Engine(target, draft, EngineConfig(n_ctx=N_CTX))
         if as_v1:
             e.drafter_format, e._anchor_first = DFLASH_V1, False
+    elif source == MTP:
+        e = Engine(target, None, EngineConfig(n_ctx=N_CTX))
+        if stateless:
+            rows = e.ctx.nextn_rows
+            e.ctx.nextn_rows = lambda n_rows: np.zeros_like(rows(n_rows))
     else:
         e = Engine(target, None, EngineConfig(n_ctx=N_CTX), draft_model=draft)
     try:
@@ -167,3 +180,24 @@ def test_a_drafter_read_as_v1_differs(harness: Path, tiny_pair: tuple[Path, Path
     ref = llama_steps(harness, target, drafter, prompt, k, 40, kind=kind)
     assert ref["output"] == out  # lossless either way
     assert whole_blocks(ours, k) != whole_blocks(ref["steps"], k)
+
+
+@pytest.fixture(scope="module")
+def mtp_target(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tiny_target(tmp_path_factory.mktemp("mtp-llama") / "tiny-qwen35-mtp.gguf", "qwen35", mtp_layers=1)
+
+
+@pytest.mark.parametrize("k", [1, 3, 6])
+def test_mtp_drafts_equal_llama_cpp(harness: Path, mtp_target: Path, k: int) -> None:
+    prompt, ours, out = our_steps(mtp_target, None, k, 40, MTP)
+    ref = llama_steps(harness, mtp_target, None, prompt, k, 40, kind="mtp")
+    assert ref["output"] == out
+    assert whole_blocks(ours, k) == whole_blocks(ref["steps"], k)
+    assert len(whole_blocks(ours, k)) >= 40 // (k + 1)
+
+
+def test_the_head_without_the_targets_states_differs(harness: Path, mtp_target: Path) -> None:
+    prompt, ours, out = our_steps(mtp_target, None, 3, 40, MTP, stateless=True)
+    ref = llama_steps(harness, mtp_target, None, prompt, 3, 40, kind="mtp")
+    assert ref["output"] == out  # lossless either way
+    assert whole_blocks(ours, 3) != whole_blocks(ref["steps"], 3)

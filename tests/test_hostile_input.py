@@ -428,3 +428,12 @@ def test_what_llama_cpp_would_refuse_is_never_compatible(tiny_pair: tuple[Path, 
         bad.write_bytes(raw.replace(old, new))
         rep = check_pair(t, bad, tap_archs=TAPS)
         assert not rep.ok and not rep.check("drafter_metadata").ok, rep.check("drafter_metadata").detail
+
+
+def test_text_a_tokenizer_cannot_encode_is_refused_not_fatal(tiny_engine) -> None:  # noqa: ANN001
+    """The tiny vocabulary has no capitals and no byte pieces: llama.cpp's tokenizer throws
+    std::out_of_range there, which aborted the process; flashdesk_tokenize (native/patches/0008)
+    catches it, and the engine refuses the text with the reason."""
+    with pytest.raises(InvalidParams, match="cannot encode this text"):
+        tiny_engine.tokenize("The Quick brown fox")
+    assert tiny_engine.tokenize("the quick brown fox")  # and goes on

@@ -72,9 +72,10 @@ def test_a_target_with_mtp_heads_offers_them_and_its_folder_once(shelf: dict[str
     found = find_drafters(mtp, folders=[tmp_path, tmp_path], tap_archs=TAPS)
     assert [(o.role, o.format_label, o.usable, o.path) for o in found] == [
         (ROLE_DRAFTER, "DFlash v1", True, str((tmp_path / shelf["v1"].name).resolve())),
-        (ROLE_MTP, "target with MTP heads", False, ""),
+        (ROLE_MTP, "target with MTP heads", True, ""),
     ]
     assert "1 MTP (nextn) head" in found[1].why and found[1].text.startswith("the target's own MTP heads")
+    assert found[1].why.endswith("every load of this target drafts with it")
     # pair and inspect say it too
     rep = check_pair(mtp, shelf["v1"], tap_archs=TAPS)
     assert rep.ok and "carries its own draft heads" in rep.check("target_mtp").detail

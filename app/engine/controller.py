@@ -40,6 +40,7 @@ from app.engine.draft_policy import (
     DRAFT_MODEL,
     LOOKUP,
     LOOKUP_K_MAX,
+    MTP,
     PLAIN_STEP,
     Choice,
     DraftPolicy,
@@ -75,7 +76,12 @@ DFLASH_PRIOR = 0.7
 # a classic draft model's acceptance before any step: a same-family small model agrees with its target
 # on most greedy tokens (what it learns replaces this within a few steps)
 DRAFT_MODEL_PRIOR = 0.6
-DRAFT_MODEL_K_MAX = 8  # app.engine.sources.DRAFT_MODEL_K_MAX: its passes run one after another
+# the target's own MTP head: trained for the next token, its first draft passes about as often as a
+# same-family draft model's (what it learns replaces this within a few steps)
+MTP_PRIOR = 0.6
+# the sources that draft one pass per token, one after another (a draft of k costs k passes): their
+# acceptance prior and longest draft (app.engine.sources.DRAFT_MODEL_K_MAX, MTP_K_MAX)
+SEQUENTIAL = {DRAFT_MODEL: (DRAFT_MODEL_PRIOR, 8), MTP: (MTP_PRIOR, 8)}
 # a draft must beat plain decoding with its acceptance this many standard errors low: a fresh DFlash
 # estimate (the prior alone) counts as 0.57, not 0.7, so an unproven drafter does not draft past ~10k
 # cells, where a rejected draft costs more than a plain step gains. Chosen on the bundled pair (this
@@ -103,7 +109,7 @@ class DraftController:
     def __init__(self, cost: CostModel, sources: tuple[str, ...] = (LOOKUP, DFLASH), dflash_k_max: int = 15,
                  lookup_k_max: int = LOOKUP_K_MAX, prior_weight: float = 2.0, decay: float = 0.9,
                  probe_every: int = 8, probe_max_gap: int = 64, probe_k: int = 2,
-                 refresh_costs: bool = True, use_confidence: bool = False, draft_model_pass_s: float = 0.0,
+                 refresh_costs: bool = True, use_confidence: bool = False, pass_s: dict[str, float] | None = None,
                  caution: float = CAUTION, reply_keep: float = REPLY_KEEP):
         self.cost = cost
         self.caution = caution
@@ -129,11 +135,12 @@ class DraftController:
         self._last_lookup = self.lookup[0][0]  # the lookup model of the step being verified
         self._lookup_passed = 0.0  # the lookup's record (decayed): first drafts that passed,
         self._lookup_expected = 0.0  # and what its models expected of them
-        # a classic draft model: its acceptance, and what one of its passes costs (a draft of k is k
-        # passes, one after another: measured at load by new_controller, then learned from the steps)
-        self.draft_model_k_max = (max(0, min(DRAFT_MODEL_K_MAX, n_max)) if DRAFT_MODEL in sources else 0)
-        self.draft_model = AcceptanceModel(self.draft_model_k_max, DRAFT_MODEL_PRIOR, prior_weight, decay)
-        self.draft_model_pass_s = draft_model_pass_s
+        # a classic draft model and the target's MTP head: each one's acceptance, and what one of its
+        # passes costs (a draft of k is k passes, one after another: measured at load by
+        # new_controller, then learned from the steps)
+        self.sequential = {name: AcceptanceModel(max(0, min(k_max, n_max)), prior, prior_weight, decay)
+                           for name, (prior, k_max) in SEQUENTIAL.items() if name in sources}
+        self.pass_s = {name: (pass_s or {}).get(name, 0.0) for name in self.sequential}
         self.probe_every = probe_every
         self.probe_max_gap = probe_max_gap
         self.probe_k = probe_k
@@ -186,11 +193,11 @@ class DraftController:
             t = c.step_times(True, e, self._last_n, step.pending_rows > 0, ctx)
             t_plain = t[0]
             out.append((DFLASH, e[1:] / t[1:], low[1:] / t[1:], t[1:]))
-        for model, t in self._draft_model_costs(step):
+        for name, model, t in self._sequential_costs(step):
             e, low = model.expected_both(self.caution)
             t_plain = t[0]
             if len(e) > 1:
-                out.append((DRAFT_MODEL, e[1:] / t[1:], low[1:] / t[1:], t[1:]))
+                out.append((name, e[1:] / t[1:], low[1:] / t[1:], t[1:]))
         if t_plain is None:
             t_plain = c.step_times(False, np.ones(1), self._last_n, False, ctx)[0]
         return float(t_plain), out
@@ -260,11 +267,11 @@ class DraftController:
                 self._lookup_passed = d * self._lookup_passed + (accepted > 0)
                 self._lookup_expected = d * self._lookup_expected + float(self._last_lookup.p[0])
             self._last_lookup.observe(k, accepted)
-        elif choice.source == DRAFT_MODEL:
-            self.draft_model.observe(k, accepted)
+        elif choice.source in self.sequential:
+            self.sequential[choice.source].observe(k, accepted)
             if k > 0 and timing.draft_s > 0:  # its passes' cost, clipped as the cost model's updates are
-                cur = self.draft_model_pass_s or timing.draft_s / k
-                self.draft_model_pass_s = cur + 0.1 * (min(max(timing.draft_s / k, 0.5 * cur), 2.0 * cur) - cur)
+                cur = self.pass_s[choice.source] or timing.draft_s / k
+                self.pass_s[choice.source] = cur + 0.1 * (min(max(timing.draft_s / k, 0.5 * cur), 2.0 * cur) - cur)
         self._last_bins = None
         if self._probing:
             # a probe whose drafts all passed, or after which drafting pays again, brings the next
@@ -312,14 +319,17 @@ class DraftController:
         models = [self.dflash] + ([self.dflash_unmatched] if self.dflash_unmatched is not self.dflash else [])
         return models + [m for row in self.lookup for m in row]
 
-    def _draft_model_costs(self, step: StepInfo) -> list[tuple[AcceptanceModel, np.ndarray]]:
-        """[(acceptance model, expected seconds of drafting k = 0..k_max)] of the classic draft model
-        if the engine has one (else []): the target's verify of k+1 and k of its passes."""
-        if not self.draft_model_k_max or DRAFT_MODEL not in step.sources:
-            return []
-        e = self.draft_model.expected()
-        t = self.cost.step_times(False, e, self._last_n, False, step.n_past)
-        return [(self.draft_model, t + self.draft_model_pass_s * np.arange(len(e)))]
+    def _sequential_costs(self, step: StepInfo) -> list[tuple[str, AcceptanceModel, np.ndarray]]:
+        """[(source, acceptance model, expected seconds of drafting k = 0..k_max)] of each source that
+        drafts a pass per token (a classic draft model, an MTP head) the engine has: the target's
+        verify of k+1 and k of its passes."""
+        out = []
+        for name, model in self.sequential.items():
+            if model.k_max and name in step.sources:
+                e = model.expected()
+                t = self.cost.step_times(False, e, self._last_n, False, step.n_past)
+                out.append((name, model, t + self.pass_s[name] * np.arange(len(e))))
+        return out
 
     def _dflash_model(self, step: StepInfo) -> AcceptanceModel:
         return self.dflash if step.lookup is not None else self.dflash_unmatched
@@ -328,11 +338,11 @@ class DraftController:
         """Whether some draft of `source` now beats plain decoding, cautiously (no switch cost counted)."""
         c = self.cost
         model = self._last_dflash if source == DFLASH else self._last_lookup
-        model = self.draft_model if source == DRAFT_MODEL else model
+        model = self.sequential.get(source, model)
         trust = self.lookup_trust if source == LOOKUP else 1.0
         e = model.expected(trust)
         t = c.step_times(source == DFLASH, e, None, source == DFLASH, self._last_ctx)
-        t = t + (self.draft_model_pass_s * np.arange(len(e)) if source == DRAFT_MODEL else 0.0)  # k passes
+        t = t + self.pass_s.get(source, 0.0) * np.arange(len(e))  # a sequential source's k passes
         r = model.expected_cautious(self.caution, trust) / t
         r[0] = 1.0 / t[0]
         return bool(r[1:].max(initial=0.0) > r[0])
@@ -346,22 +356,21 @@ def lookup_prior(agreement: int, n: int) -> float:
     return table[min(n, len(table) - 1)]
 
 
-def new_controller(engine: Engine, sources: tuple[str, ...] = (LOOKUP, DFLASH, DRAFT_MODEL),
+def new_controller(engine: Engine, sources: tuple[str, ...] = (LOOKUP, DFLASH, DRAFT_MODEL, MTP),
                    use_confidence: bool = False, **kw) -> DraftController:  # noqa: ANN003
     """A controller for `engine`'s pair with its calibrated costs (cached on disk, or measured
     now); sources the engine cannot draft from (DFlash without a drafter) are left out. The
     caller owns it: a chat session keeps one, so what it learns about acceptance (and the
     refreshed costs) carries over from one reply to the next."""
     usable = tuple(s for s in sources if (s != DFLASH or engine.has_drafter)
-                   and (s != DRAFT_MODEL or engine.draft_model is not None))
-    if DRAFT_MODEL in usable:
-        kw.setdefault("draft_model_pass_s", engine.draft_model.time_pass())
+                   and (s not in SEQUENTIAL or s in engine.sources))
+    kw.setdefault("pass_s", {s: engine.sources[s].time_pass() for s in usable if s in SEQUENTIAL})
     return DraftController(copy.deepcopy(calibrate(engine)), usable, dflash_k_max=engine.block_size - 1,
                            use_confidence=use_confidence, **kw)
 
 
 # the draft modes a caller can ask for by name (the CLI, the bench)
-DRAFT_MODES = ("plain", "fixed", "lookup", "adaptive", "adaptive-conf", "hybrid", "draft-model")
+DRAFT_MODES = ("plain", "fixed", "lookup", "adaptive", "adaptive-conf", "hybrid", "draft-model", "mtp")
 DEFAULT_LOOKUP_K = 3  # a fixed lookup draft's length when none is given
 
 
@@ -370,8 +379,9 @@ def policy_for_mode(engine: Engine, mode: str, draft_max: int | None = None) -> 
     draft_max, every step: upstream's loop); lookup (the context lookup's draft of draft_max
     tokens whenever it matches); adaptive (the controller over DFlash alone; -conf: with early
     stops at the drafter's confidence); hybrid (the controller over every loaded source: lookup,
-    DFlash, a classic draft model); draft-model (the controller over the classic draft model alone,
-    or with draft_max its draft of that many tokens every step: llama.cpp's draft-simple)."""
+    DFlash, a classic draft model, the target's MTP head); draft-model and mtp (the controller over
+    that source alone, or with draft_max its draft of that many tokens every step: llama.cpp's
+    draft-simple and draft-mtp)."""
     if mode == "plain":
         return FixedDraftLength(0)
     if mode == "fixed":
@@ -382,9 +392,9 @@ def policy_for_mode(engine: Engine, mode: str, draft_max: int | None = None) -> 
     if mode in ("adaptive", "adaptive-conf"):
         return new_controller(engine, (DFLASH,), use_confidence=mode == "adaptive-conf")
     if mode == "hybrid":
-        return new_controller(engine, (LOOKUP, DFLASH, DRAFT_MODEL))
-    if mode == "draft-model":
+        return new_controller(engine, (LOOKUP, DFLASH, DRAFT_MODEL, MTP))
+    if mode in SEQUENTIAL:
         if draft_max is not None:
-            return FixedDraftLength(draft_max, DRAFT_MODEL)
-        return new_controller(engine, (DRAFT_MODEL,))
+            return FixedDraftLength(draft_max, mode)
+        return new_controller(engine, (mode,))
     raise ValueError(f"unknown draft mode {mode!r}; expected one of {', '.join(DRAFT_MODES)}")

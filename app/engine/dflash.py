@@ -36,6 +36,7 @@ from app.engine.draft_policy import (
     DRAFT_MODEL,
     LOOKUP,
     LOOKUP_K_MAX,
+    MTP,
     PLAIN_STEP,
     Choice,
     DraftPolicy,
@@ -57,11 +58,19 @@ from app.engine.llama_objects import (
 from app.engine.lookup import ContextLookup
 from app.engine.params import GenerationParams, InvalidParams
 from app.engine.sampling import TokenLogprob, TokenSampler, token_logprob
-from app.engine.sources import DRAFT_MODEL_K_MAX, DFlashSource, DraftModelSource, DraftSource, LookupSource
+from app.engine.sources import (
+    DRAFT_MODEL_K_MAX,
+    MTP_K_MAX,
+    DFlashSource,
+    DraftModelSource,
+    DraftSource,
+    LookupSource,
+    MtpSource,
+)
 from app.engine.stats import GenerationStats
 from app.engine.text_stream import TextStream
 from app.errors import ContextOverflow, GenerationError, ModelLoadError
-from gguf_tools.formats import DFLASH2, DFLASH_V1, DSPARK, draft_format
+from gguf_tools.formats import DFLASH2, DFLASH_V1, DSPARK, draft_format, mtp_layers
 from gguf_tools.pair import PairReport, check_pair
 from gguf_tools.reader import read_gguf
 from gguf_tools.validate import read_d2t
@@ -108,7 +117,7 @@ def backend_greedy_default(model: LlamaModel, placement: ModelPlacement | None) 
 def max_draft(block_size: int | None) -> int:
     """The longest draft any source makes: a DFlash block's (block_size - 1), a lookup's or a draft
     model's. (A recurrent target keeps a snapshot for each: the memory plan prices as many.)"""
-    return max((block_size or 1) - 1, LOOKUP_K_MAX, DRAFT_MODEL_K_MAX)
+    return max((block_size or 1) - 1, LOOKUP_K_MAX, DRAFT_MODEL_K_MAX, MTP_K_MAX)
 
 
 def verify_rows_max(drafter: str | Path | None) -> int:
@@ -132,6 +141,9 @@ class EngineConfig:
     # is on a GPU (backend_greedy_default)
     backend_greedy: bool | None = None
     drafter_window: int | None = DRAFTER_WINDOW
+    # a target carrying MTP (nextn) heads drafts with its own head (one more context, the head's
+    # weights loaded); False: the trunk alone
+    mtp: bool = True
 
 
 class Engine:
@@ -154,7 +166,22 @@ class Engine:
                 return None
             return lambda p: progress(name, p)
 
-        self.target = LlamaModel(target, cfg.target_placement, stage("target"))
+        # a target carrying MTP heads drafts with its own head (app.engine.sources.MtpSource); where it
+        # cannot, `mtp_unused` says why and the trunk decodes alone
+        n_heads = mtp_layers(read_gguf(target))
+        self.mtp_unused: str | None = None
+        if n_heads and not cfg.mtp:
+            self.mtp_unused = "turned off for this load"
+        elif n_heads > 1:
+            self.mtp_unused = f"it carries {n_heads} chained heads and FlashDesk's loop drives a single head"
+        try:
+            self.target = LlamaModel(target, cfg.target_placement, stage("target"), with_mtp=self.mtp_unused is None
+                                     and n_heads == 1)
+        except ModelLoadError:
+            if self.mtp_unused is not None or n_heads != 1:
+                raise
+            self.mtp_unused = "llama.cpp could not load the head (the trunk loaded without it)"
+            self.target = LlamaModel(target, cfg.target_placement, stage("target"))
         n_ctx = min(cfg.n_ctx, self.target.n_ctx_train) if self.target.n_ctx_train > 0 else cfg.n_ctx
         self.backend_greedy = (backend_greedy_default(self.target, cfg.target_placement)
                                if cfg.backend_greedy is None else cfg.backend_greedy)
@@ -247,6 +274,12 @@ class Engine:
         if draft_model is not None:
             sources[DRAFT_MODEL] = DraftModelSource(draft_model, self.n_ctx, cfg.n_threads, cfg.n_batch,
                                                     cfg.draft_model_placement, progress)
+        if self.target.n_mtp_heads == 1:
+            try:
+                sources[MTP] = MtpSource(self.ctx, cfg.n_threads, cfg.n_batch)
+            except (ModelLoadError, GenerationError) as e:
+                self.mtp_unused = f"llama.cpp made no context for the head ({e})"
+
         return sources
 
     # --- public -------------------------------------------------------------
@@ -301,9 +334,10 @@ class Engine:
         return self.ctx.pos_max(), self.dctx.pos_max()
 
     def close(self) -> None:
-        dm = getattr(self, "sources", {}).get(DRAFT_MODEL)
-        if dm is not None:
-            dm.close()
+        for name in (DRAFT_MODEL, MTP):  # the sources that own llama.cpp objects
+            src = getattr(self, "sources", {}).get(name)
+            if src is not None:
+                src.close()
         for obj in ("_ebatch", "_dbatch", "_tbatch", "dctx", "ctx", "drafter", "target"):
             o = getattr(self, obj, None)
             if o is not None:
@@ -536,6 +570,8 @@ class Engine:
             pos0 = keep + i
             self._tbatch.set(chunk, pos0, False)
             self.ctx.decode(self._tbatch)
+            for src in self.sources.values():
+                src.read(chunk, pos0)
             if self.dctx is not None and pos0 + len(chunk) > lo:
                 skip = max(0, lo - pos0)
                 self._queue(self.ctx.taps(len(chunk))[skip:], pos0 + skip)
@@ -694,7 +730,9 @@ class Engine:
         st.t_llama_s += dt
         if self.dctx is not None and self._n_pending >= self._pending_cap:
             self._flush(st)
+        kept = [anchor] + emitted[:-1]
         for s in self.sources.values():
+            s.read(kept, n_past)
             s.accepted(anchor, emitted, n_past, st)
         self._cached.append(anchor)
         self._cached.extend(emitted[:-1])

@@ -30,7 +30,8 @@ PLAIN = "plain"
 LOOKUP = "lookup"
 DFLASH = "dflash"
 DRAFT_MODEL = "draft-model"
-SOURCES = (PLAIN, LOOKUP, DFLASH, DRAFT_MODEL)
+MTP = "mtp"  # the target's own MTP (nextn) head
+SOURCES = (PLAIN, LOOKUP, DFLASH, DRAFT_MODEL, MTP)
 LOOKUP_K_MAX = 15  # the longest lookup draft: a verify pass of 16 tokens, the calibrated range
 
 
@@ -93,7 +94,7 @@ class FixedDraftLength:
             return PLAIN_STEP
         if self.source == DFLASH and not step.has_drafter:
             return PLAIN_STEP
-        if self.source == DRAFT_MODEL and DRAFT_MODEL not in step.sources:
+        if self.source in (DRAFT_MODEL, MTP) and self.source not in step.sources:
             return PLAIN_STEP
         return Choice(self.source, self.k)
 

@@ -40,7 +40,8 @@ class LlamaModel:
     """A loaded GGUF model."""
 
     def __init__(self, path: str | Path, placement: ModelPlacement | None = None,
-                 progress: Callable[[float], bool] | None = None):
+                 progress: Callable[[float], bool] | None = None, with_mtp: bool = False):
+        """`with_mtp`: load the MTP (nextn) heads the file carries too (an MTP context runs them)."""
         self.path = Path(path).expanduser()
         # the header check gives clear errors (missing, truncated, corrupt, values llama.cpp would assert
         # on) before llama.cpp sees the file
@@ -50,6 +51,7 @@ class LlamaModel:
         mp.n_gpu_layers = placement.n_gpu_layers
         mp.split_mode = placement.split_mode
         mp.main_gpu = placement.main_gpu
+        mp.load_mtp = with_mtp
         self._keep: list[object] = []
         if placement.tensor_split:
             ts = (ctypes.c_float * 128)(*placement.tensor_split)
@@ -72,6 +74,8 @@ class LlamaModel:
         self.vocab = lc.llama_model_get_vocab(self.ptr)
         self.n_vocab = lc.llama_vocab_n_tokens(self.vocab)
         self.n_embd = lc.llama_model_n_embd(self.ptr)
+        self.n_embd_out = lc.llama_model_n_embd_out(self.ptr)  # a nextn row's width
+        self.n_mtp_heads = lc.llama_model_n_layer_nextn(self.ptr) if with_mtp else 0
         self.n_layer = lc.llama_model_n_layer(self.ptr)
         self.n_ctx_train = lc.llama_model_n_ctx_train(self.ptr)
         self.n_swa = lc.llama_model_n_swa(self.ptr)
@@ -85,11 +89,14 @@ class LlamaModel:
         data = text.encode("utf-8", "replace")  # a lone surrogate (undecodable input) becomes "?"
         cap = len(data) + 16
         buf = (lc.llama_token * cap)()
-        n = lc.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)
-        if n < 0:
+        n = ext.flashdesk_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)
+        if n < 0 and n != ext.TOKENIZE_FAILED:
             cap = -n
             buf = (lc.llama_token * cap)()
-            n = lc.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)
+            n = ext.flashdesk_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)
+        if n == ext.TOKENIZE_FAILED:  # (a vocabulary without byte pieces for a character: llama.cpp threw)
+            raise InvalidParams(f"{self.path.name}: its tokenizer cannot encode this text "
+                                f"({excerpt(text)}): a character it has no token or byte piece for")
         return list(buf[:n])
 
     def tokenize_prompt(self, text: str, add_special: bool = True) -> list[int]:
@@ -277,6 +284,8 @@ class ContextConfig:
     # a recurrent model's snapshots per sequence: how many of its last tokens seq_rm can take back (a
     # verify's rejected drafts); llama.cpp keeps 0 for architectures that cannot roll back
     n_rs_seq: int = 0
+    # an MTP context: the model's MTP (nextn) head instead of its trunk (the model loaded with_mtp)
+    mtp: bool = False
 
 
 class LlamaContext:
@@ -310,6 +319,8 @@ class LlamaContext:
             cp.n_rs_seq = 0
         if cfg.backend_greedy_rows > 0:
             cp.n_outputs_max_per_seq = cfg.backend_greedy_rows
+        if cfg.mtp:
+            cp.ctx_type = lc.LLAMA_CONTEXT_TYPE_MTP
         self.ptr = lc.llama_init_from_model(model.ptr, cp)
         if not self.ptr:
             raise ModelLoadError(f"{model.path}: llama.cpp could not create a context "
@@ -351,6 +362,33 @@ class LlamaContext:
                 raise GenerationError(f"{self.model.path}: hidden-state tap {lid} is not available")
             out[:, j * n_embd:(j + 1) * n_embd] = np.ctypeslib.as_array(p, shape=(n_rows, n_embd))
         return out
+
+    def set_nextn_output(self, masked: bool) -> None:
+        """Output the nextn rows (the last hidden state before the output norm, which an MTP head
+        reads): for every batch token, or (masked) for its output rows only. Before the first decode."""
+        ext.flashdesk_set_nextn_output(self.ptr, True, masked)
+
+    def nextn_rows(self, n_rows: int) -> np.ndarray:
+        """The nextn rows of the last decode's first n_rows batch tokens (unmasked output), a fresh
+        (n_rows, n_embd_out) float32 array."""
+        p = ext.flashdesk_get_nextn_ith(self.ptr, 0)
+        if not p:
+            raise GenerationError(f"{self.model.path}: no nextn rows to read (MTP state)")
+        return np.ctypeslib.as_array(p, shape=(n_rows, self.model.n_embd_out)).copy()
+
+    def nextn_row(self, i: int) -> np.ndarray:
+        """The nextn row of batch index i (an output row) of the last decode, a view."""
+        p = ext.flashdesk_get_nextn_ith(self.ptr, i)
+        if not p:
+            raise GenerationError(f"{self.model.path}: no nextn row for batch index {i}")
+        return np.ctypeslib.as_array(p, shape=(self.model.n_embd_out,))
+
+    def process(self, batch: TokenStateBatch) -> None:
+        """Decode an extended batch (tokens with state rows: an MTP head's input)."""
+        rc = lc.llama_process(self.ptr, lc.LLAMA_PROCESS_TYPE_DECODE, batch.ptr)
+        if rc != 0:
+            raise GenerationError(f"{self.model.path}: llama_process failed with code {rc} "
+                                  f"({'no free KV slot: context full' if rc == 1 else 'see log'})")
 
     def decode(self, batch: TokenBatch | EmbeddingBatch) -> None:
         rc = lc.llama_decode(self.ptr, batch.batch)
@@ -609,6 +647,44 @@ class EmbeddingBatch:
         if getattr(self, "batch", None) is not None:
             lc.llama_batch_free(self.batch)
             self.batch = None
+
+    def __del__(self) -> None:
+        self.close()
+
+
+class TokenStateBatch:
+    """A reusable extended batch (llama.cpp's llama_batch_ext) of tokens that each carry a state row
+    of `width` floats: an MTP head's input, a token and the hidden state that precedes it."""
+
+    def __init__(self, ctx: LlamaContext, capacity: int, width: int):
+        self.capacity = capacity
+        self.width = width
+        self.ptr = lc.llama_batch_ext_init(ctx.ptr)
+        if not self.ptr:
+            raise GenerationError(f"{ctx.model.path}: llama.cpp could not make an extended batch")
+        self.rows = np.zeros((capacity, width), dtype=np.float32)  # the state rows the batch points into
+        self._pos = lc.llama_pos(0)
+
+    def set(self, tokens: list[int], pos0: int, states: np.ndarray, outputs: list[bool]) -> None:
+        n = len(tokens)
+        if n > self.capacity or states.shape != (n, self.width):
+            raise ValueError(f"{n} tokens with states {states.shape} do not fit batch ({self.capacity}, {self.width})")
+        lc.llama_batch_ext_clear(self.ptr)
+        self.rows[:n] = states
+        base = self.rows.ctypes.data
+        for i, (tok, out) in enumerate(zip(tokens, outputs)):
+            idx = lc.llama_batch_ext_add_token(self.ptr, 0, int(tok))
+            self._pos.value = pos0 + i
+            row = lc.llama_embd(ctypes.cast(base + 4 * i * self.width, ctypes.POINTER(ctypes.c_float)), 1, self.width)
+            if idx < 0 or not (lc.llama_batch_ext_set_pos(self.ptr, idx, ctypes.byref(self._pos))
+                               and lc.llama_batch_ext_set_embd_token(self.ptr, idx, row)
+                               and lc.llama_batch_ext_set_output_logits(self.ptr, idx, bool(out))):
+                raise GenerationError(f"llama.cpp refused batch entry {i} (token {tok}, position {pos0 + i})")
+
+    def close(self) -> None:
+        if getattr(self, "ptr", None):
+            lc.llama_batch_ext_free(self.ptr)
+            self.ptr = None
 
     def __del__(self) -> None:
         self.close()

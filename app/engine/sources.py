@@ -21,6 +21,12 @@ loop talks to every source through the same four calls:
     trim(n_keep) / reset()  the target cache kept only positions < n_keep
                             (a prompt reusing a cached prefix) or nothing
 
+    read(tokens, pos0)      the target just decoded these tokens at pos0..
+                            and keeps them (a prompt chunk, or a verify's
+                            anchor and accepted drafts): they are rows
+                            0..len-1 of its last decode, for a source that
+                            drafts from the target's own states (MTP)
+
 plus `k_max` (the longest draft it can make). The policy chooses a source
 by name (app.engine.draft_policy); the controller learns each source's
 acceptance and cost from the steps the loop reports. Adding a source is a
@@ -37,9 +43,17 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from app.engine.draft_policy import LOOKUP_K_MAX
-from app.engine.llama_objects import ContextConfig, LlamaContext, LlamaModel, ModelPlacement, TokenBatch
+from app.engine.llama_objects import (
+    ContextConfig,
+    LlamaContext,
+    LlamaModel,
+    ModelPlacement,
+    TokenBatch,
+    TokenStateBatch,
+)
 from app.engine.lookup import ContextLookup, LookupMatch
 from app.engine.stats import GenerationStats
+from app.errors import GenerationError
 
 if TYPE_CHECKING:
     from app.engine.dflash import Engine
@@ -47,6 +61,9 @@ if TYPE_CHECKING:
 # a classic draft model's longest draft: its k passes run one after another, so long drafts only pay
 # with a drafter far cheaper than the target
 DRAFT_MODEL_K_MAX = 8
+# an MTP head's longest draft: it too drafts one pass per token, each fed the head's own state for the
+# last (a head trained for one step ahead: its later drafts pass less and less often)
+MTP_K_MAX = 8
 
 
 class DraftSource(Protocol):
@@ -63,6 +80,8 @@ class DraftSource(Protocol):
     def trim(self, n_keep: int) -> bool: ...
 
     def reset(self) -> None: ...
+
+    def read(self, tokens: list[int], pos0: int) -> None: ...
 
 
 class LookupSource:
@@ -107,6 +126,9 @@ class LookupSource:
     def reset(self) -> None:
         pass  # the same: set_history rebuilds it when the history was edited
 
+    def read(self, tokens: list[int], pos0: int) -> None:
+        pass  # the index is of tokens, given to begin() and accepted()
+
 
 class DFlashSource:
     """The DFlash drafter: its model, context and the target features it is fed live in the Engine,
@@ -145,6 +167,9 @@ class DFlashSource:
         e.dctx.clear()
         e._pending = []
         e._n_pending = 0
+
+    def read(self, tokens: list[int], pos0: int) -> None:
+        pass  # the engine queues the target's tapped features itself (its prefill windows them)
 
 
 class DraftModelSource:
@@ -213,6 +238,9 @@ class DraftModelSource:
         self.ctx.clear()
         self._cached = []
 
+    def read(self, tokens: list[int], pos0: int) -> None:
+        pass  # it reads tokens, not the target's states: the history at its next proposal
+
     def time_pass(self, repeats: int = 7) -> float:
         """Median seconds of one single-token pass after its cache (removed again): a draft of k
         costs about k of these (the controller's prior for this source's cost)."""
@@ -249,4 +277,134 @@ class DraftModelSource:
 
     def close(self) -> None:
         for o in (self._batch, self.ctx, self.model):
+            o.close()
+
+
+class MtpSource:
+    """The target's own MTP (nextn) head: no second file (Qwen3.5/3.6 GGUFs carry one). A second
+    context on the target's model runs the head: at position p it reads token x_p with the target's
+    last hidden state at p-1 (the nextn row each target decode outputs per token) and predicts
+    x_{p+1}; a draft of k feeds each drafted token back with the head's own state, one pass per
+    token: llama.cpp's draft-mtp (tests/test_drafts_equal_llama.py holds these drafts to its own).
+    Its cache follows the verified history: the (token, state) pairs `read` gives wait, and are
+    decoded in one batch before its next proposal (or once a batch's worth waits), so that steps
+    another source drafts cost it no pass. (Not in one batch with the anchor's row: the anchor's
+    state would then come from a pass of another size, whose kernels round differently from
+    llama.cpp's, and later drafts drift from draft-mtp's.)"""
+
+    name = "mtp"
+
+    def __init__(self, target: LlamaContext, n_threads: int = 0, n_batch: int = 512):
+        model = target.model
+        self.target = target
+        self.ctx = LlamaContext(model, ContextConfig(n_ctx=target.n_ctx, n_batch=n_batch, n_ubatch=n_batch,
+                                                     n_threads=n_threads, mtp=True))
+        self.ctx.set_nextn_output(masked=True)  # its own state, for the draft rows only
+        target.set_nextn_output(masked=False)  # the target's, for every token it decodes
+        self.k_max = MTP_K_MAX
+        self.width = model.n_embd_out
+        self._batch = TokenStateBatch(self.ctx, self.ctx.n_batch, self.width)
+        self._state = np.zeros(self.width, dtype=np.float32)  # the target's at _end - 1 (a new text: zeros)
+        self._n = 0  # positions in its cache: 0.._n-1
+        self._end = 0  # positions read: the queue holds _n.._end-1
+        self._q_tokens: list[int] = []
+        self._q_states: list[np.ndarray] = []  # blocks of rows, one per read
+
+    def begin(self, prompt: list[int], st: GenerationStats, prefill: bool) -> None:
+        if prefill:  # the prompt's pairs belong to reading the prompt, not to the first MTP step
+            self._flush()
+
+    def read(self, tokens: list[int], pos0: int) -> None:
+        if pos0 != self._end:  # (the engine reads every kept token in order: a gap is a bug)
+            raise GenerationError(f"MTP head: read tokens at position {pos0}, expected {self._end}")
+        rows = self.target.nextn_rows(len(tokens))
+        # token i pairs with the state before it: the last read's for the first, then this decode's rows
+        self._q_states.append(np.vstack([self._state[None], rows[:-1]]))
+        self._q_tokens.extend(tokens)
+        self._state = rows[-1].copy()
+        self._end = pos0 + len(tokens)
+        if len(self._q_tokens) >= self._batch.capacity:
+            self._flush()
+
+    def propose(self, history: list[int], n_past: int, k: int, st: GenerationStats,
+                with_confidence: bool = False) -> tuple[list[int], np.ndarray | None]:
+        if k <= 0:
+            return [], None
+        t0 = time.perf_counter()
+        if n_past != self._end:
+            raise GenerationError(f"MTP head: asked to draft at position {n_past}, its states end at {self._end}")
+        self._flush()
+        # the anchor with the target's state before it, then each draft with the head's own state
+        tok, state = history[-1], self._state[None]
+        drafts: list[int] = []
+        for i in range(k):
+            self._batch.set([tok], n_past + i, state, [True])
+            self.ctx.process(self._batch)
+            tok = int(self.ctx.argmax_rows([0])[0][0])
+            drafts.append(tok)
+            state = self.ctx.nextn_row(0)[None].copy()
+        self.ctx.seq_rm(n_past)  # the drafts' rows go (the anchor's too: the verify's read brings it back)
+        self._n = n_past
+        dt = time.perf_counter() - t0
+        st.t_draft_s += dt
+        st.t_llama_s += dt
+        return drafts, None  # no confidence: the controller picks k
+
+    def accepted(self, anchor: int, emitted: list[int], n_past: int, st: GenerationStats) -> None:
+        pass  # the verified tokens' pairs came with read()
+
+    def trim(self, n_keep: int) -> bool:
+        if n_keep >= self._end:
+            return True
+        if n_keep <= self._n:
+            if not self.ctx.seq_rm(n_keep):
+                self.reset()
+                return True
+            self._n = n_keep
+            self._q_tokens, self._q_states = [], []
+            # the state before position n_keep is not kept: zeros (one pair off, its drafts the worse)
+            self._state = np.zeros(self.width, dtype=np.float32)
+        else:
+            states = np.vstack(self._q_states)
+            m = n_keep - self._n
+            self._state = states[m].copy()  # the pair of position n_keep: the target's state at n_keep - 1
+            self._q_tokens, self._q_states = self._q_tokens[:m], [states[:m]]
+        self._end = n_keep
+        return True
+
+    def reset(self) -> None:
+        self.ctx.clear()
+        self._n = self._end = 0
+        self._q_tokens, self._q_states = [], []
+        self._state = np.zeros(self.width, dtype=np.float32)
+
+    def time_pass(self, repeats: int = 7) -> float:
+        """Median seconds of one single-token pass of the head after its cache (removed again): a
+        draft of k costs about k of these (the controller's prior for this source's cost)."""
+        times = []
+        zero = np.zeros((1, self.width), dtype=np.float32)
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            self._batch.set([0], self._n, zero, [True])
+            self.ctx.process(self._batch)
+            self.ctx.argmax_rows([0])
+            times.append(time.perf_counter() - t0)
+            self.ctx.seq_rm(self._n)
+        return float(np.median(times))
+
+    def _flush(self) -> None:
+        """Decode the waiting pairs into its cache (no outputs)."""
+        if not self._q_tokens:
+            return
+        states = np.vstack(self._q_states)
+        step = self._batch.capacity
+        for i in range(0, len(self._q_tokens), step):
+            chunk = self._q_tokens[i:i + step]
+            self._batch.set(chunk, self._n, states[i:i + step], [False] * len(chunk))
+            self.ctx.process(self._batch)
+            self._n += len(chunk)
+        self._q_tokens, self._q_states = [], []
+
+    def close(self) -> None:
+        for o in (self._batch, self.ctx):
             o.close()

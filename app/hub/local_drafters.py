@@ -5,8 +5,9 @@ drafters; each file's draft format comes from its header (gguf_tools.formats) an
 only when it fits this target:
 - a drafter the loop drives (DFlash v1, DFlash2, DSpark) whose pair check passes (`--drafter`);
 - a plain model with the target's token list and a smaller file (a classic draft model, `--draft-model`);
-- an EAGLE-3 drafter with the target's token list (or none of its own), and the target's own MTP
-  heads: listed, not usable, with the reason (FlashDesk's loop does not drive them yet).
+- the target's own MTP head: listed (no file to choose: every load of the target uses it);
+- an EAGLE-3 drafter with the target's token list (or none of its own), and a target with several
+  chained MTP heads: listed, not usable, with the reason (FlashDesk's loop does not drive them yet).
 Header reads only (the reader decodes no token list), so a scan of a models folder is quick.
 """
 
@@ -73,7 +74,8 @@ def find_drafters(target: str | Path, folders: list[Path] | None = None,
     out: list[DrafterOption] = []
     t_fmt = draft_format(t_info)
     if t_fmt.format == MTP:
-        out.append(DrafterOption("", ROLE_MTP, t_fmt.label, t_fmt.in_loop, f"{t_fmt.detail}; {t_fmt.needs}"))
+        used = "; every load of this target drafts with it" if t_fmt.in_loop else ""
+        out.append(DrafterOption("", ROLE_MTP, t_fmt.label, t_fmt.in_loop, f"{t_fmt.detail}; {t_fmt.needs}{used}"))
     seen = {t_path}
     for folder in folders if folders is not None else drafter_folders(t_path):
         if not folder.is_dir():

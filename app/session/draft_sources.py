@@ -13,10 +13,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from app.engine.dflash import Engine
-from app.engine.draft_policy import DFLASH, DRAFT_MODEL, LOOKUP
+from app.engine.draft_policy import DFLASH, DRAFT_MODEL, LOOKUP, MTP
 from app.errors import FlashDeskError
 from app.session.models import ModelSpec
-from gguf_tools.formats import DFLASH2, DSPARK, MTP, draft_format
+from gguf_tools.formats import DFLASH2, DSPARK, draft_format
+from gguf_tools.formats import MTP as MTP_FORMAT
 from gguf_tools.reader import read_gguf
 
 
@@ -51,14 +52,18 @@ def draft_source_lines(engine: Engine, spec: ModelSpec, left_out: str | None = N
         elif name == DRAFT_MODEL:
             lines.append(f"draft model {Path(spec.draft_model or '').name} in use: shares the target's vocabulary "
                          f"(up to {engine.sources[name].k_max} drafts a step, one pass each)")
+        elif name == MTP:
+            lines.append(f"the target's own MTP head in use: no second file, fed the target's last hidden state "
+                         f"(up to {engine.sources[name].k_max} drafts a step, one pass of the head each)")
         else:
             lines.append(f"draft source {name} in use")
     try:
         t_fmt = draft_format(read_gguf(spec.target))
     except FlashDeskError:
         t_fmt = None
-    if t_fmt is not None and t_fmt.format == MTP and not t_fmt.in_loop:
-        lines.append(f"the target carries MTP heads ({t_fmt.detail}): not yet driven by FlashDesk's loop")
+    if t_fmt is not None and t_fmt.format == MTP_FORMAT and MTP not in engine.sources:
+        why = engine.mtp_unused or "the loaded target has none"
+        lines.append(f"the target carries MTP heads ({t_fmt.detail}): not used: {why}")
     if names:
         lines.append("context lookup: on beside them (drafts copied from the conversation, no model pass)")
     else:

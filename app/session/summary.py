@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import asdict, dataclass, field
 
+from app.engine.draft_policy import SOURCES
 from app.engine.stats import GenerationStats
 
 
@@ -28,8 +29,8 @@ class ReplySummary:
     n_generated: int = 0
     acceptance_by_pos: list[float] = field(default_factory=list)
     drafts_by_pos: list[int] = field(default_factory=list)
-    # per draft source ("lookup", "dflash"): drafted, accepted, tau over its steps; and the share of
-    # the reply's tokens each source (and "target": the target's own token of each step) produced
+    # per draft source (app.engine.draft_policy.SOURCES): drafted, accepted, tau over its steps; and the share
+    # of the reply's tokens each source (and "target": the target's own token of each step) produced
     drafted_by_source: dict[str, int] = field(default_factory=dict)
     accepted_by_source: dict[str, int] = field(default_factory=dict)
     tau_by_source: dict[str, float] = field(default_factory=dict)
@@ -38,7 +39,7 @@ class ReplySummary:
     @property
     def sources_used(self) -> list[str]:
         """The draft sources that drafted in this reply, in a fixed order."""
-        return [s for s in ("lookup", "dflash") if self.drafted_by_source.get(s)]
+        return [s for s in SOURCES if self.drafted_by_source.get(s)]
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -8,7 +8,8 @@ from app.session.baseline import Baseline
 from app.session.summary import ReplySummary
 from app.ui.charts import SOURCE_COLOURS, SPLIT_COLOURS, AcceptanceChart, Sparkline, StackedBar
 
-SOURCE_NAMES = {"target": "target", "lookup": "context lookup", "dflash": "DFlash drafter"}
+SOURCE_NAMES = {"target": "target", "lookup": "context lookup", "dflash": "DFlash drafter",
+                "draft-model": "draft model", "mtp": "target's MTP head"}
 
 
 def _fmt_speedup(x: float | None) -> str:

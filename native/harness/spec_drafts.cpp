@@ -1,11 +1,12 @@
 // spec_drafts: the drafts llama.cpp's own common_speculative proposes at each step of a greedy
 // generation, printed as JSON, for comparing FlashDesk's draft sources with it: draft-simple (a
-// classic draft model), draft-dflash (a DFlash v1 or DFlash2 drafter) or draft-dspark, the last two
-// fed the target's layer inputs through `common_speculative_process` after every target decode, as
-// llama-server does.
+// classic draft model), draft-dflash (a DFlash v1 or DFlash2 drafter), draft-dspark, or draft-mtp (the
+// target's own MTP head: no --draft; an MTP context on the target file, loaded with its heads), the
+// last three fed the target's states through `common_speculative_process` after every target
+// decode, as llama-server does.
 // Built by native.harness against the pinned, patched tree's libllama + libllama-common.
 //
-//   spec-drafts --target T.gguf --draft D.gguf --tokens 1,2,3 [--type simple|dflash|dspark] [--n-max 3]
+//   spec-drafts --target T.gguf [--draft D.gguf] --tokens 1,2,3 [--type simple|dflash|dspark|mtp] [--n-max 3]
 //               [--n-min 0] [--p-min 0] [--max-tokens 32] [--n-ctx 512] [--threads 2]
 //
 // The loop is examples/speculative-simple's, with two choices that mirror FlashDesk's loop: the
@@ -60,8 +61,9 @@ int main(int argc, char ** argv) {
         p = *end == ',' ? end + 1 : end;
         if (end == p && *p) { fprintf(stderr, "bad --tokens\n"); return 2; }
     }
-    if (path_tgt.empty() || path_dft.empty() || inp.size() < 2) {
-        fprintf(stderr, "need --target, --draft and --tokens (2 or more)\n");
+    const bool mtp = type == "mtp";  // the target's own head: an MTP context on the target file
+    if (path_tgt.empty() || (path_dft.empty() && !mtp) || inp.size() < 2) {
+        fprintf(stderr, "need --target, --draft (but for --type mtp) and --tokens (2 or more)\n");
         return 2;
     }
 
@@ -69,26 +71,31 @@ int main(int argc, char ** argv) {
     llama_backend_init();
 
     llama_model_params mp = llama_model_default_params();
+    mp.load_mtp = mtp;  // as llama-server loads a target for draft-mtp
     llama_model * model_tgt = llama_model_load_from_file(path_tgt.c_str(), mp);
-    llama_model * model_dft = llama_model_load_from_file(path_dft.c_str(), mp);
+    llama_model * model_dft = mtp ? model_tgt : llama_model_load_from_file(path_dft.c_str(), mp);
     if (!model_tgt || !model_dft) { fprintf(stderr, "failed to load the models\n"); return 1; }
 
     llama_context_params cp = llama_context_default_params();
     cp.n_ctx = n_ctx;
     cp.n_batch = cp.n_ubatch = 512;
     cp.n_threads = cp.n_threads_batch = n_threads;
-    const bool fed = type == "dflash" || type == "dspark";  // drafters fed the target's layer inputs
-    if (type != "simple" && !fed) { fprintf(stderr, "--type is simple, dflash or dspark\n"); return 2; }
-    llama_context * ctx_tgt = llama_init_from_model(model_tgt, cp);
+    const bool fed = type == "dflash" || type == "dspark" || mtp;  // drafters fed the target's states
+    if (type != "simple" && !fed) { fprintf(stderr, "--type is simple, dflash, dspark or mtp\n"); return 2; }
+    llama_context_params cpt = cp;
+    cpt.n_rs_seq = n_max + 1;  // a recurrent target takes back rejected drafts from snapshots
+    llama_context * ctx_tgt = llama_init_from_model(model_tgt, cpt);
     llama_context_params cpd = cp;
     if (fed) cpd.ctx_other = ctx_tgt;  // the drafter shares the target's embeddings and head
+    if (mtp) cpd.ctx_type = LLAMA_CONTEXT_TYPE_MTP;
     llama_context * ctx_dft = llama_init_from_model(model_dft, cpd);
     if (!ctx_tgt || !ctx_dft) { fprintf(stderr, "failed to create the contexts\n"); return 1; }
     const int32_t n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model_tgt));
 
     common_params_speculative sp;
     sp.types = { type == "dflash" ? COMMON_SPECULATIVE_TYPE_DRAFT_DFLASH
-               : type == "dspark" ? COMMON_SPECULATIVE_TYPE_DRAFT_DSPARK : COMMON_SPECULATIVE_TYPE_DRAFT_SIMPLE };
+               : type == "dspark" ? COMMON_SPECULATIVE_TYPE_DRAFT_DSPARK
+               : mtp ? COMMON_SPECULATIVE_TYPE_DRAFT_MTP : COMMON_SPECULATIVE_TYPE_DRAFT_SIMPLE };
     sp.draft.backend_sampling = false;  // drafts read on the CPU, as FlashDesk reads them
     sp.draft.n_max = n_max;
     sp.draft.n_min = n_min;
@@ -157,7 +164,7 @@ int main(int argc, char ** argv) {
     common_speculative_free(spec);
     llama_free(ctx_dft);
     llama_free(ctx_tgt);
-    llama_model_free(model_dft);
+    if (model_dft != model_tgt) llama_model_free(model_dft);
     llama_model_free(model_tgt);
     llama_backend_free();
     return 0;
