@@ -24,7 +24,7 @@ MTP = "mtp"  # a target carrying its own next-token heads
 PLAIN = "plain"  # a plain model: a target, or a classic draft model for a target with its vocabulary
 
 # the formats FlashDesk's own loop drafts from today (app.engine.sources); the rest llama-server runs
-IN_LOOP = (DFLASH_V1, DFLASH2, DSPARK, MTP, PLAIN)
+IN_LOOP = (DFLASH_V1, DFLASH2, DSPARK, EAGLE3, MTP, PLAIN)
 
 
 @dataclass(frozen=True)
@@ -90,8 +90,7 @@ def draft_format(info: GGUFInfo) -> DraftFormat:
                            f"architecture eagle3, target layers {layers}, target hidden size "
                            f"{info.get('eagle3.target_hidden_size')}" + (", d2t" if info.tensor("d2t") else ""),
                            "3 of the target's hidden states (fc over them), its own pre-norm state carried "
-                           "between draft steps, one pass per draft token: FlashDesk's loop does not drive it yet",
-                           False)
+                           "between draft steps, one pass per draft token", True)
     n_mtp = mtp_layers(info)
     if n_mtp:
         return DraftFormat(MTP, "target with MTP heads", "draft-mtp",

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from gguf_tools import validate
 from gguf_tools.errors import FlashDeskError, PairMismatch, excerpt
-from gguf_tools.formats import DFLASH2, DFLASH_V1, DSPARK, MTP, PLAIN, draft_format
+from gguf_tools.formats import DFLASH2, DFLASH_V1, DSPARK, EAGLE3, MTP, PLAIN, draft_format
 from gguf_tools.reader import GGUFInfo, read_gguf
 from gguf_tools.validate import MAX_BLOCK, MIN_BLOCK
 from native.lib import NativeBuildMissing, build_info
@@ -141,14 +141,16 @@ def check_pair(target: str | Path, drafter: str | Path,
     # which draft format each file is (gguf_tools.formats: the pinned llama.cpp's own rules)
     fmt = draft_format(d)
     is_dflash = fmt.format in (DFLASH_V1, DFLASH2, DSPARK)  # the dflash graphs the DFlash source drives
+    is_eagle3 = fmt.format == EAGLE3  # the EAGLE-3 source's
     if fmt.format == PLAIN:
         why = (f"the drafter's architecture is {excerpt(d.arch)}, not 'dflash': it is a plain model, not a "
                f"DFlash drafter (with the target's vocabulary it can be a classic draft model: --draft-model)")
     else:
         why = (f"the drafter is {fmt.label} ({fmt.detail}), which llama.cpp runs as {fmt.llama_type}; "
-               f"FlashDesk's loop drafts from DFlash (v1, DFlash2, DSpark) drafters and classic draft models only. "
-               f"It needs {fmt.needs}")
-    add(PairCheck("drafter_architecture", is_dflash, f"the drafter is a {fmt.label} model" if is_dflash else why))
+               f"as a drafter FlashDesk's loop takes DFlash (v1, DFlash2, DSpark) and EAGLE-3 files (a target's MTP "
+               f"heads need no second file). It needs {fmt.needs}")
+    ok = is_dflash or is_eagle3
+    add(PairCheck("drafter_architecture", ok, f"the drafter is a {fmt.label} model" if ok else why))
     t_fmt = draft_format(t)
     if t_fmt.format == MTP:  # informs only: the target can draft for itself in llama.cpp
         add(PairCheck("target_mtp", True, f"the target carries its own draft heads: {t_fmt.detail}"))
@@ -158,6 +160,9 @@ def check_pair(target: str | Path, drafter: str | Path,
     else:
         add(PairCheck("target_architecture", True,
                       f"the target is a {excerpt(t.arch)} model with {t.n_layer} layers"))
+    if is_eagle3:
+        _check_eagle3(t, d, add, tap_archs)
+        return rep
     if not is_dflash:
         return rep
 
@@ -184,15 +189,7 @@ def check_pair(target: str | Path, drafter: str | Path,
                           f"fc.weight expects {fc.shape[0]} input features but {len(layers)} layers x "
                           f"{d.n_embd} = {want}: the drafter file is inconsistent"))
 
-    archs = tap_archs if tap_archs is not None else tap_architectures()
-    if archs is None:
-        add(PairCheck("taps", True, "not checked: no native build found to ask which architectures it taps",
-                      skipped=True))
-    else:
-        ok = t.arch in archs
-        add(PairCheck("taps", ok, f"this build taps hidden states of {t.arch!r} models" if ok else
-                      f"this build cannot tap hidden states of {t.arch!r} models, so no drafter can run on this "
-                      f"target (supported: {', '.join(archs)})"))
+    _check_taps(t, add, tap_archs)
 
     mask = d.get("tokenizer.ggml.mask_token_id")
     if mask is None:
@@ -221,6 +218,25 @@ def check_pair(target: str | Path, drafter: str | Path,
     add(PairCheck("block_size", bad_bs is None, f"block size {bs}: up to {bs - 1} drafted tokens per step"
                   if bad_bs is None else bad_bs))
 
+    _check_head(t, d, add)
+    return rep
+
+
+def _check_taps(t: GGUFInfo, add, tap_archs: tuple[str, ...] | None) -> None:  # noqa: ANN001 - rep.checks.append
+    archs = tap_archs if tap_archs is not None else tap_architectures()
+    if archs is None:
+        add(PairCheck("taps", True, "not checked: no native build found to ask which architectures it taps",
+                      skipped=True))
+    else:
+        ok = t.arch in archs
+        add(PairCheck("taps", ok, f"this build taps hidden states of {t.arch!r} models" if ok else
+                      f"this build cannot tap hidden states of {t.arch!r} models, so no drafter can run on this "
+                      f"target (supported: {', '.join(archs)})"))
+
+
+def _check_head(t: GGUFInfo, d: GGUFInfo, add) -> None:  # noqa: ANN001 - rep.checks.append
+    """The drafter's output head: the target's (shared through ctx_other), or its own over the
+    target's vocabulary or mapped into it by d2t."""
     shares = d.tensor("output.weight") is None
     if shares:
         has_head = t.tensor("output.weight") is not None or t.tensor("token_embd.weight") is not None
@@ -235,7 +251,28 @@ def check_pair(target: str | Path, drafter: str | Path,
         bad = validate.d2t_problems(d, t.n_vocab, "the target's")
         add(PairCheck("d2t", not bad, f"d2t maps {d.tensor('d2t').shape[0]:,} draft tokens into the target's "
                                       f"{t.n_vocab:,}" if not bad else bad[0]))
-    return rep
+
+
+def _check_eagle3(t: GGUFInfo, d: GGUFInfo, add, tap_archs: tuple[str, ...] | None) -> None:  # noqa: ANN001
+    """An EAGLE-3 drafter reads 3 of the target's layer inputs (id n_layer: its last hidden state) of
+    eagle3.target_hidden_size each through fc, and the target's tokens."""
+    hidden = d.get("eagle3.target_hidden_size")
+    add(PairCheck("hidden_size", hidden == t.n_embd, f"target hidden size {t.n_embd} on both"
+                  if hidden == t.n_embd else f"the drafter reads target states of {excerpt(hidden)} "
+                  f"(eagle3.target_hidden_size), the target's are {t.n_embd}: a drafter for another model"))
+    _check_tokenizer(t, d, add)
+    layers = d.get("eagle3.target_layers")
+    ok = (isinstance(layers, list) and len(layers) == 3
+          and all(isinstance(x, int) and 0 <= x <= (t.n_layer or 0) for x in layers))
+    add(PairCheck("target_layers", ok, f"reads target layers {layers} (the target has {t.n_layer})" if ok else
+                  f"eagle3.target_layers = {excerpt(layers)}: 3 layer ids within 0..{t.n_layer} expected"))
+    fc = d.tensor("fc.weight")
+    if fc is not None and isinstance(hidden, int):
+        add(PairCheck("fc_width", fc.shape[0] == 3 * hidden, f"fc reads 3 x {hidden} features"
+                      if fc.shape[0] == 3 * hidden else f"fc.weight expects {fc.shape[0]} input features, not "
+                      f"3 x {hidden}: the drafter file is inconsistent"))
+    _check_taps(t, add, tap_archs)
+    _check_head(t, d, add)
 
 
 def check_draft_model(target: str | Path, draft: str | Path) -> PairReport:

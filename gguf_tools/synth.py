@@ -2,7 +2,7 @@
 drafters that fit them, and a random drafter for any real target.
 
     python -m gguf_tools synth pair OUT_DIR [--arch qwen3|gemma3|lfm2|qwen35|...] [--mtp N]
-    python -m gguf_tools synth drafter --target T.gguf --out D.gguf
+    python -m gguf_tools synth drafter --target T.gguf --out D.gguf [--dflash2 K | --dspark | --eagle3]
     python -m gguf_tools synth standin OUT_DIR [--shape qwen3-4b|qwen3-1.7b|small]
 
 A tiny target has a 64-token SPM vocabulary (lowercase letters, digits,
@@ -27,7 +27,6 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from gguf_tools.edit import copy_gguf
 from gguf_tools.header import add_transformer_header
 from gguf_tools.quantize import quantize
 from gguf_tools.reader import read_gguf
@@ -378,16 +377,49 @@ def write_drafter(path: str | Path, target: str | Path, *, n_layer: int = 2, tar
     return path
 
 
-def write_eagle3_header(path: str | Path, drafter: str | Path) -> Path:
-    """A copy of a DFlash drafter whose header says EAGLE-3 (architecture eagle3, its keys, the
-    drafter's token list): what format checks and the Model panel see of an EAGLE-3 file. Its
-    tensors are the DFlash drafter's, so llama.cpp cannot load it: header tests only."""
-    info = read_gguf(drafter)
-    return copy_gguf(drafter, path, meta={
-        "general.architecture": "eagle3", "eagle3.block_count": info.n_layer, "eagle3.embedding_length": info.n_embd,
-        "eagle3.context_length": int(info.arch_get("context_length", 4096)),
-        "eagle3.target_layers": list(info.get("dflash.target_layers") or []),
-        "eagle3.target_hidden_size": info.n_embd})
+def write_eagle3(path: str | Path, target: str | Path, *, target_layers: list[int] | None = None,
+                 n_ff: int | None = None, seed: int = 3, dtype: type = np.float32) -> Path:
+    """A random EAGLE-3 drafter that fits `target` (the keys and tensors llama.cpp's eagle3 graph
+    reads): one decoder layer over [its token's embedding ; a state], the state first fc over three of
+    the target's layer inputs (the encoder), then its own pre-norm output while it drafts; the target's
+    embeddings and output head shared through ctx_other (the file has neither), its tokenizer copied."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    info = read_gguf(target)
+    n_embd = info.n_embd
+    n_head = int(info.arch_get("attention.head_count", 4))
+    kv = info.arch_get("attention.head_count_kv", n_head)
+    n_head_kv = int(max(kv) if isinstance(kv, list) else kv)
+    head_dim = int(info.arch_get("attention.key_length", n_embd // n_head))
+    n_ff = n_ff or int(info.arch_get("feed_forward_length", 4 * n_embd))
+    layers = target_layers or [1, max(1, info.n_layer // 2), max(1, info.n_layer - 1)]
+    if len(layers) != 3:
+        raise ValueError(f"EAGLE-3 reads exactly 3 target layers, not {layers}")
+    r = _Rand(seed, dtype)
+    w = gguf.GGUFWriter(str(path), "eagle3")
+    w.add_name(f"eagle3-random-for-{info.arch}")
+    add_transformer_header(w, n_ctx=int(info.arch_get("context_length", 4096)), n_embd=n_embd, n_layer=1,
+                           n_ff=n_ff, n_head=n_head, n_head_kv=n_head_kv, head_dim=head_dim)
+    w.add_rope_freq_base(float(info.arch_get("rope.freq_base", 10000.0)))
+    w.add_target_layers(layers)
+    w.add_target_hidden_size(n_embd)
+    w.add_file_type(gguf.LlamaFileType.ALL_F32 if dtype == np.float32 else gguf.LlamaFileType.MOSTLY_F16)
+    copy_vocab(w, Path(target))
+    q_dim, kv_dim = n_head * head_dim, n_head_kv * head_dim
+    w.add_tensor("fc.weight", r.mat(3 * n_embd, n_embd))
+    w.add_tensor("output_norm.weight", r.norm(n_embd))
+    p = "blk.0."
+    w.add_tensor(p + "attn_norm.weight", r.norm(n_embd))
+    w.add_tensor(p + "attn_norm_2.weight", r.norm(n_embd))
+    w.add_tensor(p + "attn_q.weight", r.mat(2 * n_embd, q_dim))
+    w.add_tensor(p + "attn_k.weight", r.mat(2 * n_embd, kv_dim))
+    w.add_tensor(p + "attn_v.weight", r.mat(2 * n_embd, kv_dim))
+    w.add_tensor(p + "attn_output.weight", r.mat(q_dim, n_embd))
+    w.add_tensor(p + "ffn_norm.weight", r.norm(n_embd))
+    for name, t in _ffn_tensors(TinyShape(n_embd=n_embd, n_ff=n_ff), r, p).items():
+        w.add_tensor(name, t)
+    _finish(w)
+    return path
 
 
 def write_tiny_pair(out_dir: str | Path, arch: str = "qwen3", seed: int = 0, block_size: int = 8,
@@ -493,6 +525,7 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--dflash2", type=int, default=0, metavar="TOP_K",
                    help="a DFlash2 drafter whose selector keeps the top TOP_K candidates (z-lab's: 16)")
     d.add_argument("--dspark", action="store_true", help="a DSpark drafter (Markov and confidence heads)")
+    d.add_argument("--eagle3", action="store_true", help="an EAGLE-3 drafter (fc over 3 target layers, 1 layer)")
     st = sub.add_parser("standin", help="write a real target shape with random Q4_K_M weights + its drafter")
     st.add_argument("out_dir", help="e.g. ~/.cache/flashdesk/standin (GBs: not the repository)")
     st.add_argument("--shape", default="qwen3-4b", choices=sorted(STANDINS))
@@ -504,6 +537,8 @@ def main(argv: list[str] | None = None) -> int:
         t, dr = write_tiny_pair(args.out_dir, args.arch, args.seed, mtp_layers=args.mtp)
         print(t)
         print(dr)
+    elif args.eagle3:
+        print(write_eagle3(args.out, args.target, dtype=np.float16 if args.f16 else np.float32))
     else:
         print(write_drafter(args.out, args.target, n_layer=args.layers, block_size=args.block_size,
                             dtype=np.float16 if args.f16 else np.float32,

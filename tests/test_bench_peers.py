@@ -334,3 +334,57 @@ def test_bench_runs_upstream_mtp_on_a_qwen35_target_with_heads(tmp_path: Path) -
     e = res["prompts"][0]["modes"]["upstream-mtp@3"]
     assert e["lossless"] is True and e["tokens"] == res["prompts"][0]["modes"]["plain"]["tokens"]
     assert e["drafted"] > 0  # from the head (random: none pass)
+
+
+def test_upstream_eagle3_is_draft_eagle3_on_our_eagle3_drafter(tiny_pair: tuple[Path, Path], tmp_path: Path) -> None:
+    """upstream-eagle3: llama-server's draft-eagle3 with the EAGLE-3 file we load as the drafter."""
+    from app.engine.dflash import Engine, EngineConfig
+    from gguf_tools.synth import write_eagle3
+
+    m = peers.parse_mode("upstream-eagle3@4")
+    assert m.needs_eagle3 and not m.needs_drafter and not m.needs_mtp_heads and m.on_server
+    assert m.spec_args() == ["--spec-type", "draft-eagle3", "--spec-draft-n-max", "4"]
+    e3 = write_eagle3(tmp_path / "e3.gguf", tiny_pair[0])
+    e = Engine(tiny_pair[0], e3, EngineConfig(n_ctx=256, n_threads=1))
+    try:
+        assert e.drafter_path == e3 and not e.has_drafter
+        p = peers.ServerPeer(m, Path("llama-server"), tiny_pair[0], e.drafter_path, 512, 2, 512)
+        assert p.args[p.args.index("-md") + 1] == str(e3)
+    finally:
+        e.close()
+    with pytest.raises(ValueError, match="needs a drafter"):
+        peers.ServerPeer(m, Path("llama-server"), tiny_pair[0], None, 512, 2, 512)
+    with pytest.raises(ValueError, match="takes no type"):
+        peers.parse_mode("upstream-eagle3:ngram-mod")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["mtp", "eagle3"])
+def test_bench_runs_ours_beside_the_server_on_the_heads(tiny_pair: tuple[Path, Path], tmp_path: Path,
+                                                        kind: str) -> None:
+    """Our MTP and EAGLE-3 sources and llama-server's draft-mtp and draft-eagle3 in one bench run, on
+    the tiny Qwen3.5 target's head and a random EAGLE-3 drafter for the tiny qwen3 target: every
+    output is plain decoding's, and both drafted."""
+    from app.cli import main
+    from gguf_tools.synth import write_eagle3, write_tiny_target
+    from native import server as ns
+
+    if not os.environ.get("FLASHDESK_LLAMA_SERVER"):
+        ns.build_server()  # cached after the first time
+    if kind == "mtp":
+        model = ["--target", str(write_tiny_target(tmp_path / "mtp.gguf", "qwen35", mtp_layers=1)), "--no-drafter"]
+    else:
+        model = ["--target", str(tiny_pair[0]), "--drafter", str(write_eagle3(tmp_path / "e3.gguf", tiny_pair[0]))]
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"id": "t", "prompt": "the cat sat on the mat", "format": "raw",
+                                   "category": "tiny"}) + "\n")
+    out = tmp_path / "bench.json"
+    peer = f"upstream-{kind}@3"
+    assert main(["bench", *model, "--prompts", str(prompts), "--max-tokens", "24", "--threads", "2",
+                 "--mode", f"plain,{kind},{peer}", "--draft-max", "3", "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert f"draft-{kind}" in res["peers"][peer]["args"]
+    modes = res["prompts"][0]["modes"]
+    for m in (kind, peer):
+        assert modes[m]["lossless"] is True and modes[m]["tokens"] == modes["plain"]["tokens"]
+        assert modes[m]["drafted"] > 0

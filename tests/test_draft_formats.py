@@ -65,7 +65,7 @@ def test_every_format_is_named(tmp_path: Path, tiny_pair: tuple[Path, Path], dfl
     }
     want = {"v1": (DFLASH_V1, "draft-dflash", True), "v2": (DFLASH2, "draft-dflash", True),
             "plain": (PLAIN, "draft-simple", True), "dspark": (DSPARK, "draft-dspark", True),
-            "eagle3": (EAGLE3, "draft-eagle3", False), "mtp": (MTP, "draft-mtp", True),
+            "eagle3": (EAGLE3, "draft-eagle3", True), "mtp": (MTP, "draft-mtp", True),
             "mtp_tensor_only": (MTP, "draft-mtp", True)}
     assert {k: (f.format, f.llama_type, f.in_loop) for k, f in got.items()} == want
     assert "top 16" in got["v2"].needs and "sliding window 2048" in got["v2"].detail

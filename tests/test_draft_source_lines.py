@@ -1,6 +1,7 @@
 """What a load says about its draft sources (app.session.draft_sources), from real engines on the tiny
-synthetic pair: the DFlash drafter (v1 and DFlash2), a classic draft model, none, and an EAGLE-3 file the
-loop does not drive yet (left out of the load, with the reason, instead of refusing it)."""
+synthetic pair: the DFlash drafter (v1, DFlash2, DSpark), a classic draft model, none, a drafter that
+does not fit (refused), a target's MTP heads the engine did not load. (The MTP head and EAGLE-3 in use:
+tests/test_engine_pass_sources.py.)"""
 
 from __future__ import annotations
 
@@ -10,16 +11,15 @@ import pytest
 
 from app.engine.dflash import Engine, EngineConfig
 from app.errors import PairMismatch
-from app.session.draft_sources import draft_source_lines, without_undriven_drafter
-from app.session.models import ModelSpec, check_spec, load_engine
+from app.session.draft_sources import draft_source_lines
+from app.session.models import ModelSpec, check_spec
 from gguf_tools.edit import copy_gguf
-from gguf_tools.synth import write_eagle3_header
 
 
-def _lines(spec: ModelSpec, left_out: str | None = None) -> tuple[str, ...]:
+def _lines(spec: ModelSpec) -> tuple[str, ...]:
     e = Engine(spec.target, spec.drafter, EngineConfig(n_ctx=256, n_threads=1), draft_model=spec.draft_model)
     try:
-        return draft_source_lines(e, spec, left_out)
+        return draft_source_lines(e, spec)
     finally:
         e.close()
 
@@ -45,26 +45,15 @@ def test_dflash2_and_dspark_drafters_are_named_by_format(tiny_dflash2_pair: tupl
             f"{kind} {drafter.name} in use: blocks of 8 (up to 7 drafts a step), fed the target's hidden states")
 
 
-def test_an_undriven_drafter_is_left_out_with_the_reason(tiny_pair: tuple[Path, Path], tmp_path: Path) -> None:
+def test_a_drafter_that_does_not_fit_is_refused(tiny_pair: tuple[Path, Path], tmp_path: Path) -> None:
+    """Every drafter format is driven now: a file that does not fit is refused with the reason (here an
+    EAGLE-3 header over a DFlash drafter's 2 target layers), not left out."""
     target, v1 = tiny_pair
-    # an EAGLE-3 drafter, as far as its header says (the loop does not drive the format)
-    e3 = write_eagle3_header(tmp_path / "tiny-eagle3.gguf", v1)
-    chosen = ModelSpec(str(target), str(e3), n_ctx=256, n_threads=1)
-    with pytest.raises(PairMismatch, match="EAGLE-3"):  # as a drafter the pair check refuses it
-        check_spec(chosen)
-    spec, why = without_undriven_drafter(chosen)
-    assert spec.drafter is None and spec.target == chosen.target
-    assert why == ("EAGLE-3 file tiny-eagle3.gguf: not yet driven by FlashDesk's loop, using the context lookup "
-                   "only (llama-server runs it as draft-eagle3)")
-    e = load_engine(spec)
-    try:
-        assert not e.has_drafter
-        assert draft_source_lines(e, spec, why) == (why, "no drafter: plain decoding with the context lookup")
-    finally:
-        e.close()
-    # a drafter the loop drives, or one that does not fit at all, is not touched here (check_spec refuses the latter)
-    assert without_undriven_drafter(ModelSpec(str(target), str(v1))) == (ModelSpec(str(target), str(v1)), None)
-    assert without_undriven_drafter(ModelSpec(str(target), str(target)))[1] is None
+    e3 = copy_gguf(v1, tmp_path / "tiny-eagle3.gguf", meta={
+        "general.architecture": "eagle3", "eagle3.block_count": 2, "eagle3.embedding_length": 64,
+        "eagle3.context_length": 1024, "eagle3.target_layers": [1, 3], "eagle3.target_hidden_size": 64})
+    with pytest.raises(PairMismatch, match="3 layer ids within"):
+        check_spec(ModelSpec(str(target), str(e3), n_ctx=256, n_threads=1))
 
 
 def test_a_target_with_mtp_heads_the_engine_did_not_load_says_so(tiny_pair: tuple[Path, Path], tmp_path: Path) -> None:

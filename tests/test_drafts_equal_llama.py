@@ -18,6 +18,9 @@ builds it; minutes from a bare cache, hence slow).
   head. llama.cpp's draft-mtp drafts its n_max whatever the room left, ours the k the room allows,
   so the two are compared on the steps that drafted a whole k. The head fed zeros instead of the
   target's states (the pairing llama.cpp does, left out) fails the comparison.
+- The EAGLE-3 source against draft-eagle3, on the tiny qwen3 target with a random EAGLE-3 drafter
+  (gguf_tools.synth.write_eagle3), compared on the steps that drafted a whole k as for MTP. Its fc
+  fed the three layers' features in the wrong order fails the comparison.
 """
 
 from __future__ import annotations
@@ -30,10 +33,10 @@ import numpy as np
 import pytest
 
 from app.engine.dflash import Engine, EngineConfig
-from app.engine.draft_policy import DFLASH, DRAFT_MODEL, MTP, FixedDraftLength
+from app.engine.draft_policy import DFLASH, DRAFT_MODEL, EAGLE3, MTP, FixedDraftLength
 from app.engine.params import GenerationParams
 from gguf_tools.formats import DFLASH_V1
-from gguf_tools.synth import write_tiny_target
+from gguf_tools.synth import write_eagle3, write_tiny_target
 from native.harness import build_harness
 
 pytestmark = pytest.mark.slow
@@ -66,16 +69,23 @@ def llama_steps(harness: Path, target: Path, draft: Path | None, prompt: list[in
 
 
 def our_steps(target: Path, draft: Path | None, k: int, n: int, source: str = DRAFT_MODEL,
-              as_v1: bool = False, stateless: bool = False) -> tuple[list[int], list[dict], list[int]]:
+              as_v1: bool = False, stateless: bool = False,
+              swapped: bool = False) -> tuple[list[int], list[dict], list[int]]:
     """The prompt's tokens, each step's (n_past, anchor, drafts) as our loop proposed them, and the
     output; asserts the output is plain decoding's. `source`: the draft-model source (draft = a
-    classic draft model), DFlash (draft = a DFlash v1, DFlash2 or DSpark drafter) or MTP (no draft:
-    the target's head); `as_v1`: a DFlash2 or DSpark drafter read as if it were v1, `stateless`: the
-    MTP head fed zeros for the target's states (the broken variants)."""
+    classic draft model), DFlash (draft = a DFlash v1, DFlash2 or DSpark drafter), MTP (no draft:
+    the target's head) or EAGLE-3 (draft = an EAGLE-3 drafter); `as_v1`: a DFlash2 or DSpark drafter
+    read as if it were v1, `stateless`: the MTP head fed zeros for the target's states, `swapped`:
+    EAGLE-3's fc fed its layers' features in reverse order (the broken variants)."""
     if source == DFLASH:
         e = Engine(target, draft, EngineConfig(n_ctx=N_CTX))
         if as_v1:
             e.drafter_format, e._anchor_first = DFLASH_V1, False
+    elif source == EAGLE3:
+        e = Engine(target, draft, EngineConfig(n_ctx=N_CTX))
+        if swapped:
+            src = e.sources[EAGLE3]
+            src.target.enable_taps(list(reversed(src.target.tap_layers)))
     elif source == MTP:
         e = Engine(target, None, EngineConfig(n_ctx=N_CTX))
         if stateless:
@@ -200,4 +210,29 @@ def test_the_head_without_the_targets_states_differs(harness: Path, mtp_target: 
     prompt, ours, out = our_steps(mtp_target, None, 3, 40, MTP, stateless=True)
     ref = llama_steps(harness, mtp_target, None, prompt, 3, 40, kind="mtp")
     assert ref["output"] == out  # lossless either way
+    assert whole_blocks(ours, 3) != whole_blocks(ref["steps"], 3)
+
+
+@pytest.fixture(scope="module")
+def eagle3_drafter(tiny_pair: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_eagle3(tmp_path_factory.mktemp("eagle3-llama") / "tiny-eagle3.gguf", tiny_pair[0])
+
+
+@pytest.mark.parametrize("k", [1, 3, 6])
+def test_eagle3_drafts_equal_llama_cpp(harness: Path, tiny_pair: tuple[Path, Path], eagle3_drafter: Path,
+                                       k: int) -> None:
+    target = tiny_pair[0]
+    prompt, ours, out = our_steps(target, eagle3_drafter, k, 40, EAGLE3)
+    ref = llama_steps(harness, target, eagle3_drafter, prompt, k, 40, kind="eagle3")
+    assert ref["output"] == out
+    assert whole_blocks(ours, k) == whole_blocks(ref["steps"], k)
+    assert len(whole_blocks(ours, k)) >= 40 // (k + 1)
+
+
+def test_eagle3_with_its_layers_swapped_differs(harness: Path, tiny_pair: tuple[Path, Path],
+                                               eagle3_drafter: Path) -> None:
+    target = tiny_pair[0]
+    prompt, ours, out = our_steps(target, eagle3_drafter, 3, 40, EAGLE3, swapped=True)
+    ref = llama_steps(harness, target, eagle3_drafter, prompt, 3, 40, kind="eagle3")
+    assert ref["output"] == out
     assert whole_blocks(ours, 3) != whole_blocks(ref["steps"], 3)

@@ -20,7 +20,7 @@ from gguf_tools.synth import (
     DFlash2Shape,
     TinyShape,
     write_drafter,
-    write_eagle3_header,
+    write_eagle3,
     write_tiny_pair,
     write_tiny_target,
 )
@@ -30,15 +30,15 @@ TAPS = ("qwen3", "gemma3")
 
 @pytest.fixture(scope="module")
 def shelf(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """A folder as a user has it: a target, its DFlash drafter, a DFlash2 drafter, an EAGLE-3 file (the
-    loop does not drive it), a smaller model of the same family (named as the catalog's classic draft
+    """A folder as a user has it: a target, its DFlash drafter, a DFlash2 drafter, an EAGLE-3 drafter, a
+    smaller model of the same family (named as the catalog's classic draft
     model), and files that do not fit."""
     d = tmp_path_factory.mktemp("shelf")
     target, v1 = write_tiny_pair(d, "qwen3")
     files = {"target": target, "v1": v1}
     files["v2"] = write_drafter(d / "tiny-dflash2.gguf", target, target_layers=[1, 3], block_size=8,
                                 dflash2=DFlash2Shape())
-    files["e3"] = write_eagle3_header(d / "tiny-eagle3.gguf", v1)
+    files["e3"] = write_eagle3(d / "tiny-eagle3.gguf", target)
     files["small"] = write_tiny_target(d / "Qwen3-0.6B-Q8_0.gguf", "qwen3", TinyShape(n_layer=1), seed=3)
     # a drafter reading a layer this target does not have: its pair check fails
     files["bad"] = copy_gguf(v1, d / "tiny-other-target-dflash.gguf", meta={"dflash.target_layers": [1, 9]})
@@ -53,15 +53,15 @@ def test_finds_the_drafters_of_a_target_by_format(shelf: dict[str, Path]) -> Non
     got = [(Path(o.path).name, o.role, o.format_label, o.usable) for o in found]
     assert got == [
         ("tiny-dflash2.gguf", ROLE_DRAFTER, "DFlash2", True),
+        ("tiny-eagle3.gguf", ROLE_DRAFTER, "EAGLE-3", True),
         (shelf["v1"].name, ROLE_DRAFTER, "DFlash v1", True),
         ("Qwen3-0.6B-Q8_0.gguf", ROLE_DRAFT_MODEL, "classic draft model", True),
-        ("tiny-eagle3.gguf", ROLE_DRAFTER, "EAGLE-3", False),
     ]
-    v2, v1, small, e3 = found
+    v2, e3, v1, small = found
     assert small.why == "shares the target's token list"
     assert small.catalog_title == "Qwen3 0.6B Q8_0 (classic draft model)"
     assert v2.why == "the pair check passed"
-    assert "one pass per draft token" in e3.why and "not driven by FlashDesk yet" in e3.text
+    assert e3.why == "the pair check passed" and e3.text == "tiny-eagle3.gguf — EAGLE-3 (drafter)"
     assert v1.text == f"{shelf['v1'].name} — DFlash v1 (drafter)"
 
 

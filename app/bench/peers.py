@@ -25,6 +25,7 @@ Mode names (comma-separated in `--mode`; `@K` sets the draft length):
     upstream-dflash[@K]                 --spec-type draft-dflash, our drafter (default --spec-draft-n-max 3)
     upstream-draft[@K]                  --spec-type draft-simple, our classic draft model (--draft-model)
     upstream-mtp[@K]                    --spec-type draft-mtp: the target's own MTP heads (Qwen3.5/3.6)
+    upstream-eagle3[@K]                 --spec-type draft-eagle3, our EAGLE-3 drafter (--drafter)
     upstream-lookup[:TYPE][@K]          n-gram speculation; TYPE one of LOOKUP_TYPES (default ngram-mod)
     upstream-chain[:T1+T2...][@K]       chained types, the first that drafts wins
                                         (default ngram-simple+draft-dflash)
@@ -83,7 +84,7 @@ def after_first_step(n: int, n_first: int, seconds_after: float) -> float:
     return round((n - n_first) / seconds_after, 3) if n > n_first and seconds_after > 0 else 0.0
 
 SERVER_FAMILIES = ("upstream-plain", "upstream-dflash", "upstream-lookup", "upstream-chain", "upstream-draft",
-                   "upstream-mtp")
+                   "upstream-mtp", "upstream-eagle3")
 PY_LOOKUP = "llama-cpp-python-lookup"
 FAMILIES = (*SERVER_FAMILIES, PY_LOOKUP)
 # our modes a peer is compared with, first found (hybrid drafts from both sources, as a chain does)
@@ -105,6 +106,10 @@ class PeerSpec:
         return "draft-dflash" in self.spec_types
 
     @property
+    def needs_eagle3(self) -> bool:
+        return "draft-eagle3" in self.spec_types
+
+    @property
     def needs_draft_model(self) -> bool:
         return "draft-simple" in self.spec_types
 
@@ -124,7 +129,7 @@ class PeerSpec:
         if self.k is None:
             return args
         for t in self.spec_types:
-            if t in ("draft-dflash", "draft-simple", "draft-mtp"):  # one knob for all (params.draft.n_max)
+            if t in ("draft-dflash", "draft-simple", "draft-mtp", "draft-eagle3"):  # one knob (params.draft.n_max)
                 args += ["--spec-draft-n-max", str(self.k)]
             elif t in ("ngram-simple", "ngram-map-k", "ngram-map-k4v"):
                 args += [f"--spec-{t}-size-m", str(self.k)]
@@ -166,6 +171,10 @@ def parse_mode(mode: str) -> PeerSpec | None:
         if types:
             raise ValueError(f"{mode!r}: upstream-mtp takes no type (it is draft-mtp)")
         return PeerSpec(mode, family, ("draft-mtp",), k)
+    if family == "upstream-eagle3":
+        if types:
+            raise ValueError(f"{mode!r}: upstream-eagle3 takes no type (it is draft-eagle3)")
+        return PeerSpec(mode, family, ("draft-eagle3",), k)
     if family == "upstream-lookup":
         types = types or (DEFAULT_LOOKUP,)
         if len(types) != 1 or types[0] not in LOOKUP_TYPES:
@@ -236,7 +245,7 @@ class ServerPeer:
     def __init__(self, spec: PeerSpec, exe: Path, target: Path, drafter: Path | None, n_ctx: int,
                  n_threads: int, n_batch: int, n_gpu_layers: int = 0, draft_model: Path | None = None):
         self.spec = spec
-        if spec.needs_drafter and drafter is None:
+        if (spec.needs_drafter or spec.needs_eagle3) and drafter is None:
             raise ValueError(f"{spec.mode} needs a drafter (--drafter, or the bundled pair)")
         if spec.needs_draft_model and draft_model is None:
             raise ValueError(f"{spec.mode} needs a draft model (--draft-model)")
@@ -251,9 +260,9 @@ class ServerPeer:
                      "-t", threads, "-tb", threads, "-ngl", str(n_gpu_layers), "--no-webui",
                      # our sizes as given (no fitting to free memory), no host-memory prompt cache
                      "-fit", "off", "-cram", "0"]
-        if spec.needs_drafter or spec.needs_draft_model:
-            self.args += ["-md", str(drafter if spec.needs_drafter else draft_model), "-td", threads, "-tbd", threads,
-                          "-ngld", str(n_gpu_layers)]
+        if spec.needs_drafter or spec.needs_eagle3 or spec.needs_draft_model:
+            self.args += ["-md", str(draft_model if spec.needs_draft_model else drafter), "-td", threads,
+                          "-tbd", threads, "-ngld", str(n_gpu_layers)]
         self.args += spec.spec_args()
         self.proc: subprocess.Popen | None = None
 
@@ -424,7 +433,7 @@ def open_peers(engine: Engine, modes: list[str], log: Callable[[str], None] | No
             if s.on_server:
                 assert exe is not None
                 p: ServerPeer | PythonLookupPeer = ServerPeer(
-                    s, exe, engine.target.path, engine.drafter.path if engine.drafter else None, engine.n_ctx,
+                    s, exe, engine.target.path, engine.drafter_path, engine.n_ctx,
                     engine.config.n_threads, engine.config.n_batch, place.n_gpu_layers if place else 0,
                     engine.draft_model.model.path if engine.draft_model else None)
             else:

@@ -36,13 +36,14 @@ from app.chat.format import PromptFormat, prompt_format_of
 from app.engine.calibration import CostModel, calibrate, learn
 from app.engine.controller import DraftController, policy_for_mode
 from app.engine.dflash import Engine
-from app.engine.draft_policy import DFLASH, MTP
+from app.engine.draft_policy import DFLASH, EAGLE3, MTP
 from app.engine.lossless import check_lossless
 from app.engine.params import GenerationParams
 
 # "plain-again" repeats plain decoding: its speedup over "plain" is the noise band of the machine;
 # the others are app.engine.controller's draft modes
-MODES = ("plain", "plain-again", "fixed", "lookup", "adaptive", "adaptive-conf", "hybrid", "draft-model", "mtp")
+MODES = ("plain", "plain-again", "fixed", "lookup", "adaptive", "adaptive-conf", "hybrid", "draft-model", "mtp",
+         "eagle3")
 NEEDS_DRAFTER = ("fixed", "adaptive", "adaptive-conf")
 # peer modes (app.bench.peers) are named by family: upstream-plain, upstream-dflash[@K],
 # upstream-lookup[:TYPE][@K], upstream-chain[:T1+T2][@K], llama-cpp-python-lookup[@K]
@@ -196,9 +197,12 @@ def bench(engine: Engine, prompts: list[BenchPrompt], modes: list[str], max_toke
     wants_dm = [m for m in modes if m == "draft-model" or getattr(peer_modes.parse_mode(m), "needs_draft_model", False)]
     if wants_dm and engine.draft_model is None:
         raise ValueError(f"the modes {', '.join(wants_dm)} need a draft model (--draft-model)")
-    if "mtp" in modes and MTP not in engine.sources:
+    if MTP in modes and MTP not in engine.sources:
         why = engine.mtp_unused or "this one has none"
         raise ValueError(f"the mode mtp needs a target carrying one MTP head ({why})")
+    wants_e3 = [m for m in modes if m == EAGLE3 or getattr(peer_modes.parse_mode(m), "needs_eagle3", False)]
+    if wants_e3 and EAGLE3 not in engine.sources:
+        raise ValueError(f"the modes {', '.join(wants_e3)} need an EAGLE-3 drafter (--drafter)")
     ours = [m for m in modes if not peer_modes.is_peer(m)]
     if engine.speculation_blocked:  # nothing to compare with plain decoding (llama-server cannot draft either)
         raise ValueError(engine.speculation_blocked)

@@ -11,7 +11,8 @@ from app.session.models import DEVICE_CPU, DEVICE_GPU, load_engine, resolve_spec
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", help="target GGUF (default: the bundled Gemma 3 270M)")
-    p.add_argument("--drafter", help="DFlash drafter GGUF (default: the bundled drafter with the bundled target)")
+    p.add_argument("--drafter", help="DFlash (v1, DFlash2, DSpark) or EAGLE-3 drafter GGUF (default: the bundled "
+                                      "drafter with the bundled target)")
     p.add_argument("--no-drafter", action="store_true", help="load no drafter")
     p.add_argument("--draft-model", help="a classic draft model GGUF sharing the target's vocabulary (a small "
                                          "model of the same family; the draft-model and hybrid modes use it)")

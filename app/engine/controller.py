@@ -38,6 +38,7 @@ from app.engine.calibration import CostModel, LoopTimes, calibrate
 from app.engine.draft_policy import (
     DFLASH,
     DRAFT_MODEL,
+    EAGLE3,
     LOOKUP,
     LOOKUP_K_MAX,
     MTP,
@@ -49,6 +50,7 @@ from app.engine.draft_policy import (
     StepTiming,
 )
 from app.engine.lookup import AGREED, AGREEMENTS, DEFAULT_MAX_N, MIXED
+from app.engine.sources import DRAFT_MODEL_K_MAX, EAGLE3_K_MAX, MTP_K_MAX
 
 if TYPE_CHECKING:
     from app.engine.dflash import Engine
@@ -79,9 +81,12 @@ DRAFT_MODEL_PRIOR = 0.6
 # the target's own MTP head: trained for the next token, its first draft passes about as often as a
 # same-family draft model's (what it learns replaces this within a few steps)
 MTP_PRIOR = 0.6
+# an EAGLE-3 drafter, trained on its target's own outputs as a DFlash drafter is
+EAGLE3_PRIOR = 0.6
 # the sources that draft one pass per token, one after another (a draft of k costs k passes): their
-# acceptance prior and longest draft (app.engine.sources.DRAFT_MODEL_K_MAX, MTP_K_MAX)
-SEQUENTIAL = {DRAFT_MODEL: (DRAFT_MODEL_PRIOR, 8), MTP: (MTP_PRIOR, 8)}
+# acceptance prior and longest draft
+SEQUENTIAL = {DRAFT_MODEL: (DRAFT_MODEL_PRIOR, DRAFT_MODEL_K_MAX), MTP: (MTP_PRIOR, MTP_K_MAX),
+              EAGLE3: (EAGLE3_PRIOR, EAGLE3_K_MAX)}
 # a draft must beat plain decoding with its acceptance this many standard errors low: a fresh DFlash
 # estimate (the prior alone) counts as 0.57, not 0.7, so an unproven drafter does not draft past ~10k
 # cells, where a rejected draft costs more than a plain step gains. Chosen on the bundled pair (this
@@ -356,7 +361,7 @@ def lookup_prior(agreement: int, n: int) -> float:
     return table[min(n, len(table) - 1)]
 
 
-def new_controller(engine: Engine, sources: tuple[str, ...] = (LOOKUP, DFLASH, DRAFT_MODEL, MTP),
+def new_controller(engine: Engine, sources: tuple[str, ...] = (LOOKUP, DFLASH, DRAFT_MODEL, MTP, EAGLE3),
                    use_confidence: bool = False, **kw) -> DraftController:  # noqa: ANN003
     """A controller for `engine`'s pair with its calibrated costs (cached on disk, or measured
     now); sources the engine cannot draft from (DFlash without a drafter) are left out. The
@@ -370,7 +375,7 @@ def new_controller(engine: Engine, sources: tuple[str, ...] = (LOOKUP, DFLASH, D
 
 
 # the draft modes a caller can ask for by name (the CLI, the bench)
-DRAFT_MODES = ("plain", "fixed", "lookup", "adaptive", "adaptive-conf", "hybrid", "draft-model", "mtp")
+DRAFT_MODES = ("plain", "fixed", "lookup", "adaptive", "adaptive-conf", "hybrid", "draft-model", "mtp", "eagle3")
 DEFAULT_LOOKUP_K = 3  # a fixed lookup draft's length when none is given
 
 
@@ -379,9 +384,9 @@ def policy_for_mode(engine: Engine, mode: str, draft_max: int | None = None) -> 
     draft_max, every step: upstream's loop); lookup (the context lookup's draft of draft_max
     tokens whenever it matches); adaptive (the controller over DFlash alone; -conf: with early
     stops at the drafter's confidence); hybrid (the controller over every loaded source: lookup,
-    DFlash, a classic draft model, the target's MTP head); draft-model and mtp (the controller over
-    that source alone, or with draft_max its draft of that many tokens every step: llama.cpp's
-    draft-simple and draft-mtp)."""
+    DFlash, a classic draft model, the target's MTP head, an EAGLE-3 drafter); draft-model, mtp and
+    eagle3 (the controller over that source alone, or with draft_max its draft of that many tokens
+    every step: llama.cpp's draft-simple, draft-mtp and draft-eagle3)."""
     if mode == "plain":
         return FixedDraftLength(0)
     if mode == "fixed":
@@ -392,7 +397,7 @@ def policy_for_mode(engine: Engine, mode: str, draft_max: int | None = None) -> 
     if mode in ("adaptive", "adaptive-conf"):
         return new_controller(engine, (DFLASH,), use_confidence=mode == "adaptive-conf")
     if mode == "hybrid":
-        return new_controller(engine, (LOOKUP, DFLASH, DRAFT_MODEL, MTP))
+        return new_controller(engine, (LOOKUP, DFLASH, DRAFT_MODEL, MTP, EAGLE3))
     if mode in SEQUENTIAL:
         if draft_max is not None:
             return FixedDraftLength(draft_max, mode)

@@ -34,6 +34,7 @@ import numpy as np
 from app.engine.draft_policy import (
     DFLASH,
     DRAFT_MODEL,
+    EAGLE3,
     LOOKUP,
     LOOKUP_K_MAX,
     MTP,
@@ -64,6 +65,7 @@ from app.engine.sources import (
     DFlashSource,
     DraftModelSource,
     DraftSource,
+    Eagle3Source,
     LookupSource,
     MtpSource,
 )
@@ -71,6 +73,7 @@ from app.engine.stats import GenerationStats
 from app.engine.text_stream import TextStream
 from app.errors import ContextOverflow, GenerationError, ModelLoadError
 from gguf_tools.formats import DFLASH2, DFLASH_V1, DSPARK, draft_format, mtp_layers
+from gguf_tools.formats import EAGLE3 as EAGLE3_FORMAT
 from gguf_tools.pair import PairReport, check_pair
 from gguf_tools.reader import read_gguf
 from gguf_tools.validate import read_d2t
@@ -153,8 +156,10 @@ class Engine:
                  config: EngineConfig | None = None,
                  progress: Callable[[str, float], bool] | None = None,
                  pair: PairReport | None = None, draft_model: str | Path | None = None):
-        """`pair`: the pair check of these two files, when the caller already made it; `draft_model`:
-        a classic draft model (a GGUF with the target's vocabulary, checked by check_draft_model)."""
+        """`drafter`: a DFlash-family drafter (v1, DFlash2, DSpark: the DFlash source) or an EAGLE-3
+        drafter (its own source); `pair`: the pair check of these two files, when the caller already
+        made it; `draft_model`: a classic draft model (a GGUF with the target's vocabulary, checked by
+        check_draft_model)."""
         cfg = config or EngineConfig()
         self.config = cfg
         if drafter is not None:
@@ -205,11 +210,13 @@ class Engine:
         self.drafter_format = DFLASH_V1
         self._anchor_first = False
         self.target_layers: list[int] = []
-        if drafter is not None:
+        # an EAGLE-3 drafter is a source of its own (no DFlash graph: registered with the others)
+        eagle3 = drafter if drafter is not None and draft_format(read_gguf(drafter)).format == EAGLE3_FORMAT else None
+        if drafter is not None and eagle3 is None:
             self._load_drafter(Path(drafter), cfg, stage("drafter"))
         self._tbatch = TokenBatch(max(cfg.n_batch, self.block_size, LOOKUP_K_MAX + 1, DRAFT_MODEL_K_MAX + 1))
         self.lookup = ContextLookup()  # the n-gram index of the conversation: lookup drafts
-        self.sources = self._register_sources(draft_model, cfg, stage("draft model"))
+        self.sources = self._register_sources(draft_model, eagle3, cfg, stage("draft model"), stage("drafter"))
         # token ids whose K/V sit in the target cache (and features in the drafter's), positions 0..len-1
         self._cached: list[int] = []
         # features not yet fed to the drafter: (first position, rows), contiguous, ending at len(_cached)
@@ -264,8 +271,9 @@ class Engine:
             # (DFlash2's selector and DSpark's Markov head read the target-wide logits: never compact)
             self.dctx.set_dflash_compact_logits()
 
-    def _register_sources(self, draft_model: str | Path | None, cfg: EngineConfig,
-                          progress: Callable[[float], bool] | None) -> dict[str, DraftSource]:
+    def _register_sources(self, draft_model: str | Path | None, eagle3: str | Path | None, cfg: EngineConfig,
+                          progress: Callable[[float], bool] | None,
+                          eagle3_progress: Callable[[float], bool] | None) -> dict[str, DraftSource]:
         """The registry of draft sources, by the name a policy chooses: the one place a source is
         added (its class in app.engine.sources; the loop asks each the same way)."""
         sources: dict[str, DraftSource] = {LOOKUP: LookupSource(self.lookup)}
@@ -279,6 +287,9 @@ class Engine:
                 sources[MTP] = MtpSource(self.ctx, cfg.n_threads, cfg.n_batch)
             except (ModelLoadError, GenerationError) as e:
                 self.mtp_unused = f"llama.cpp made no context for the head ({e})"
+        if eagle3 is not None:
+            sources[EAGLE3] = Eagle3Source(eagle3, self.ctx, cfg.n_threads, cfg.n_batch, cfg.drafter_placement,
+                                           eagle3_progress)
 
         return sources
 
@@ -286,6 +297,14 @@ class Engine:
     @property
     def has_drafter(self) -> bool:
         return self.dctx is not None
+
+    @property
+    def drafter_path(self) -> Path | None:
+        """The drafter file: a DFlash-family drafter's or an EAGLE-3 drafter's."""
+        if self.drafter is not None:
+            return self.drafter.path
+        e3 = self.sources.get(EAGLE3)
+        return e3.model.path if e3 is not None else None  # type: ignore[union-attr]
 
     @property
     def draft_model(self) -> DraftModelSource | None:
@@ -334,7 +353,7 @@ class Engine:
         return self.ctx.pos_max(), self.dctx.pos_max()
 
     def close(self) -> None:
-        for name in (DRAFT_MODEL, MTP):  # the sources that own llama.cpp objects
+        for name in (DRAFT_MODEL, MTP, EAGLE3):  # the sources that own llama.cpp objects
             src = getattr(self, "sources", {}).get(name)
             if src is not None:
                 src.close()

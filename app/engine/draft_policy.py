@@ -31,7 +31,8 @@ LOOKUP = "lookup"
 DFLASH = "dflash"
 DRAFT_MODEL = "draft-model"
 MTP = "mtp"  # the target's own MTP (nextn) head
-SOURCES = (PLAIN, LOOKUP, DFLASH, DRAFT_MODEL, MTP)
+EAGLE3 = "eagle3"  # an EAGLE-3 drafter
+SOURCES = (PLAIN, LOOKUP, DFLASH, DRAFT_MODEL, MTP, EAGLE3)
 LOOKUP_K_MAX = 15  # the longest lookup draft: a verify pass of 16 tokens, the calibrated range
 
 
@@ -94,7 +95,7 @@ class FixedDraftLength:
             return PLAIN_STEP
         if self.source == DFLASH and not step.has_drafter:
             return PLAIN_STEP
-        if self.source in (DRAFT_MODEL, MTP) and self.source not in step.sources:
+        if self.source in (DRAFT_MODEL, MTP, EAGLE3) and self.source not in step.sources:
             return PLAIN_STEP
         return Choice(self.source, self.k)
 

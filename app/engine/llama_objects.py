@@ -383,9 +383,11 @@ class LlamaContext:
             raise GenerationError(f"{self.model.path}: no nextn row for batch index {i}")
         return np.ctypeslib.as_array(p, shape=(self.model.n_embd_out,))
 
-    def process(self, batch: TokenStateBatch) -> None:
-        """Decode an extended batch (tokens with state rows: an MTP head's input)."""
-        rc = lc.llama_process(self.ptr, lc.LLAMA_PROCESS_TYPE_DECODE, batch.ptr)
+    def process(self, batch: TokenStateBatch, encode: bool = False) -> None:
+        """Decode an extended batch (tokens with state rows: an MTP head's or EAGLE-3's input), or run
+        the model's encoder graph on it (`encode`: EAGLE-3's fc over the target's features)."""
+        kind = lc.LLAMA_PROCESS_TYPE_ENCODE if encode else lc.LLAMA_PROCESS_TYPE_DECODE
+        rc = lc.llama_process(self.ptr, kind, batch.ptr)
         if rc != 0:
             raise GenerationError(f"{self.model.path}: llama_process failed with code {rc} "
                                   f"({'no free KV slot: context full' if rc == 1 else 'see log'})")
@@ -665,21 +667,29 @@ class TokenStateBatch:
         self.rows = np.zeros((capacity, width), dtype=np.float32)  # the state rows the batch points into
         self._pos = lc.llama_pos(0)
 
-    def set(self, tokens: list[int], pos0: int, states: np.ndarray, outputs: list[bool]) -> None:
-        n = len(tokens)
-        if n > self.capacity or states.shape != (n, self.width):
-            raise ValueError(f"{n} tokens with states {states.shape} do not fit batch ({self.capacity}, {self.width})")
+    def set(self, tokens: list[int] | None, pos0: int, states: np.ndarray, outputs: list[bool] | bool,
+            positions: list[int] | None = None) -> None:
+        """Entry i: tokens[i] with state row i (tokens None: the row alone, an embedding input) at
+        position pos0 + i (or positions[i]), an output where outputs (or outputs[i]) is true."""
+        n = states.shape[0]
+        if n > self.capacity or states.shape[1] != self.width or (tokens is not None and len(tokens) != n):
+            raise ValueError(f"{n} entries with states {states.shape} do not fit batch ({self.capacity}, {self.width})")
         lc.llama_batch_ext_clear(self.ptr)
         self.rows[:n] = states
         base = self.rows.ctypes.data
-        for i, (tok, out) in enumerate(zip(tokens, outputs)):
-            idx = lc.llama_batch_ext_add_token(self.ptr, 0, int(tok))
-            self._pos.value = pos0 + i
+        for i in range(n):
             row = lc.llama_embd(ctypes.cast(base + 4 * i * self.width, ctypes.POINTER(ctypes.c_float)), 1, self.width)
-            if idx < 0 or not (lc.llama_batch_ext_set_pos(self.ptr, idx, ctypes.byref(self._pos))
-                               and lc.llama_batch_ext_set_embd_token(self.ptr, idx, row)
-                               and lc.llama_batch_ext_set_output_logits(self.ptr, idx, bool(out))):
-                raise GenerationError(f"llama.cpp refused batch entry {i} (token {tok}, position {pos0 + i})")
+            if tokens is None:
+                idx = lc.llama_batch_ext_add_embd(self.ptr, 0, row)
+                ok = idx >= 0
+            else:
+                idx = lc.llama_batch_ext_add_token(self.ptr, 0, int(tokens[i]))
+                ok = idx >= 0 and lc.llama_batch_ext_set_embd_token(self.ptr, idx, row)
+            self._pos.value = positions[i] if positions is not None else pos0 + i
+            out = outputs if isinstance(outputs, bool) else outputs[i]
+            if not (ok and lc.llama_batch_ext_set_pos(self.ptr, idx, ctypes.byref(self._pos))
+                    and lc.llama_batch_ext_set_output_logits(self.ptr, idx, bool(out))):
+                raise GenerationError(f"llama.cpp refused batch entry {i} (position {self._pos.value})")
 
     def close(self) -> None:
         if getattr(self, "ptr", None):

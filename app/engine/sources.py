@@ -64,6 +64,8 @@ DRAFT_MODEL_K_MAX = 8
 # an MTP head's longest draft: it too drafts one pass per token, each fed the head's own state for the
 # last (a head trained for one step ahead: its later drafts pass less and less often)
 MTP_K_MAX = 8
+# an EAGLE-3 drafter's longest draft: one decoder pass per token, like a draft model's
+EAGLE3_K_MAX = 8
 
 
 class DraftSource(Protocol):
@@ -356,7 +358,12 @@ class MtpSource:
     def trim(self, n_keep: int) -> bool:
         if n_keep >= self._end:
             return True
-        if n_keep <= self._n:
+        if n_keep >= self._n:  # inside the queue: the pair of position n_keep holds the state before it
+            states = np.vstack(self._q_states)
+            m = n_keep - self._n
+            self._state = states[m].copy()
+            self._q_tokens, self._q_states = self._q_tokens[:m], [states[:m]]
+        else:
             if not self.ctx.seq_rm(n_keep):
                 self.reset()
                 return True
@@ -364,11 +371,6 @@ class MtpSource:
             self._q_tokens, self._q_states = [], []
             # the state before position n_keep is not kept: zeros (one pair off, its drafts the worse)
             self._state = np.zeros(self.width, dtype=np.float32)
-        else:
-            states = np.vstack(self._q_states)
-            m = n_keep - self._n
-            self._state = states[m].copy()  # the pair of position n_keep: the target's state at n_keep - 1
-            self._q_tokens, self._q_states = self._q_tokens[:m], [states[:m]]
         self._end = n_keep
         return True
 
@@ -407,4 +409,172 @@ class MtpSource:
 
     def close(self) -> None:
         for o in (self._batch, self.ctx):
+            o.close()
+
+
+class Eagle3Source:
+    """An EAGLE-3 drafter: one decoder layer that drafts a pass per token. Its encoder (fc over three
+    of the target's layer inputs, as DFlash's taps) turns each verified position P into a state g_P;
+    its cache holds at P the pair (token P+1, g_P), so the last verified position waits for the next
+    token: the anchor completes it as the first pass of a draft, whose own pre-norm output is the
+    state of the next (llama.cpp's draft-eagle3, whose drafts tests/test_drafts_equal_llama.py holds
+    these to). The target's features of the tokens `read` gives wait, and are encoded and decoded in
+    one batch each before its next proposal (or once a batch's worth waits)."""
+
+    name = "eagle3"
+
+    def __init__(self, path: str | Path, target: LlamaContext, n_threads: int = 0, n_batch: int = 512,
+                 placement: ModelPlacement | None = None, progress=None):  # noqa: ANN001 - a load callback
+        self.model = LlamaModel(path, placement, progress)
+        self.target = target
+        n_layer = target.model.n_layer
+        self.layers = self.model.target_layers()
+        if len(self.layers) != 3 or not all(0 < lid <= n_layer for lid in self.layers):
+            raise GenerationError(f"{self.model.path}: EAGLE-3 reads 3 target layers within 1..{n_layer}, "
+                                  f"not {self.layers}")
+        # the inputs of layers below n_layer are taps; n_layer's is the target's last hidden state (nextn)
+        target.enable_taps([lid for lid in self.layers if lid < n_layer])
+        self._last = n_layer in self.layers
+        if self._last:
+            target.set_nextn_output(masked=False)
+        self.ctx = LlamaContext(self.model, ContextConfig(n_ctx=target.n_ctx, n_batch=n_batch, n_ubatch=n_batch,
+                                                          n_threads=n_threads), other=target)
+        self.ctx.set_nextn_output(masked=True)  # the encoder's g and the decoder's pre-norm state
+        self.k_max = EAGLE3_K_MAX
+        self.width = self.model.n_embd
+        self._batch = TokenStateBatch(self.ctx, self.ctx.n_batch, self.width)
+        self._enc = TokenStateBatch(self.ctx, self.ctx.n_batch, 3 * target.model.n_embd)
+        self._q_tokens: list[int] = []
+        self._q_feats: list[np.ndarray] = []
+        self._q_pos = 0  # the first queued token's position
+        self._end = 0  # positions read
+        self._g = np.zeros(self.width, dtype=np.float32)  # g of the last encoded position, whose pair waits
+        self._g_pos = -1  # its position (-1: none)
+
+    def begin(self, prompt: list[int], st: GenerationStats, prefill: bool) -> None:
+        if prefill:  # the prompt's features belong to reading the prompt
+            self._flush()
+
+    def read(self, tokens: list[int], pos0: int) -> None:
+        if pos0 != self._end:
+            raise GenerationError(f"EAGLE-3: read tokens at position {pos0}, expected {self._end}")
+        n = len(tokens)
+        taps = self.target.taps(n)
+        e = self.target.model.n_embd
+        blocks, j = [], 0
+        for lid in self.layers:  # in the drafter's order: taps, or the last hidden state
+            if lid < self.target.model.n_layer:
+                blocks.append(taps[:, j * e:(j + 1) * e])
+                j += 1
+            else:
+                blocks.append(self.target.nextn_rows(n))
+        if not self._q_tokens:
+            self._q_pos = pos0
+        self._q_tokens.extend(tokens)
+        self._q_feats.append(np.hstack(blocks))
+        self._end = pos0 + n
+        if len(self._q_tokens) >= self._batch.capacity:
+            self._flush()
+
+    def propose(self, history: list[int], n_past: int, k: int, st: GenerationStats,
+                with_confidence: bool = False) -> tuple[list[int], np.ndarray | None]:
+        if k <= 0:
+            return [], None
+        t0 = time.perf_counter()
+        if n_past != self._end:
+            raise GenerationError(f"EAGLE-3: asked to draft at position {n_past}, its features end at {self._end}")
+        self._flush()
+        drafts: list[int] = []
+        if self._g_pos == n_past - 1:  # (a one-token prompt has no state yet: no draft, as llama.cpp)
+            # the anchor completes the waiting pair; each draft then pairs with the pass's own state
+            self.ctx.seq_rm(self._g_pos)
+            tok, state = history[-1], self._g[None]
+            for i in range(k):
+                self._batch.set([tok], self._g_pos + i, state, [True])
+                self.ctx.process(self._batch)
+                tok = int(self.ctx.argmax_rows([0])[0][0])
+                drafts.append(tok)
+                state = self.ctx.nextn_row(0)[None].copy()
+            self.ctx.seq_rm(n_past)  # the drafts' pairs go; the anchor's stays, as llama.cpp's does
+        dt = time.perf_counter() - t0
+        st.t_draft_s += dt
+        st.t_llama_s += dt
+        return drafts, None
+
+    def accepted(self, anchor: int, emitted: list[int], n_past: int, st: GenerationStats) -> None:
+        pass  # the verified tokens' features came with read()
+
+    def trim(self, n_keep: int) -> bool:
+        if n_keep >= self._end:
+            return True
+        if n_keep > self._q_pos and self._q_tokens:  # inside the queue: what was encoded stays as it is
+            m = n_keep - self._q_pos
+            self._q_tokens = self._q_tokens[:m]
+            self._q_feats = [np.vstack(self._q_feats)[:m]]
+        else:
+            # the pair at n_keep - 1 held the old next token: it goes; its g is the waiting one when
+            # n_keep - 1 was the last position encoded, else it is not kept (zeros: one pair off, its
+            # drafts the worse)
+            self.ctx.seq_rm(max(0, n_keep - 1))
+            self._q_tokens, self._q_feats = [], []
+            if self._g_pos != n_keep - 1:
+                self._g = np.zeros(self.width, dtype=np.float32)
+                self._g_pos = n_keep - 1
+        self._end = n_keep
+        return True
+
+    def reset(self) -> None:
+        self.ctx.clear()
+        self._q_tokens, self._q_feats = [], []
+        self._q_pos = self._end = 0
+        self._g = np.zeros(self.width, dtype=np.float32)
+        self._g_pos = -1
+
+    def time_pass(self, repeats: int = 7) -> float:
+        """Median seconds of one decoder pass of one token after its cache (removed again)."""
+        pos = max(0, self.ctx.pos_max() + 1)
+        zero = np.zeros((1, self.width), dtype=np.float32)
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            self._batch.set([0], pos, zero, [True])
+            self.ctx.process(self._batch)
+            self.ctx.argmax_rows([0])
+            times.append(time.perf_counter() - t0)
+            self.ctx.seq_rm(pos)
+        return float(np.median(times))
+
+    def _flush(self) -> None:
+        """Encode the waiting features and write their pairs: (token P+1, g_P) at P, the first bridging
+        from the last encoded position; the last position's g waits for its next token."""
+        if not self._q_tokens:
+            return
+        feats = np.vstack(self._q_feats)
+        n = len(self._q_tokens)
+        g = np.empty((n, self.width), dtype=np.float32)
+        step = self._enc.capacity
+        for i in range(0, n, step):
+            chunk = feats[i:i + step]
+            base = self.ctx.pos_max() + 1  # (the encoder reads no positions: placeholders, as llama.cpp's)
+            self._enc.set(None, base, chunk, True)
+            self.ctx.process(self._enc, encode=True)
+            g[i:i + len(chunk)] = self.ctx.nextn_rows(len(chunk))
+        tokens, states, positions = [], [], []
+        if self._g_pos >= 0 and self._g_pos + 1 == self._q_pos and self._g_pos > self.ctx.pos_max():
+            tokens.append(self._q_tokens[0])
+            states.append(self._g[None])
+            positions.append(self._g_pos)
+        tokens += self._q_tokens[1:]
+        states.append(g[:-1])
+        positions += list(range(self._q_pos, self._q_pos + n - 1))
+        states = np.vstack(states)
+        cap = self._batch.capacity
+        for i in range(0, len(tokens), cap):
+            self._batch.set(tokens[i:i + cap], 0, states[i:i + cap], False, positions[i:i + cap])
+            self.ctx.process(self._batch)
+        self._g, self._g_pos = g[-1].copy(), self._q_pos + n - 1
+        self._q_tokens, self._q_feats = [], []
+
+    def close(self) -> None:
+        for o in (self._batch, self._enc, self.ctx, self.model):
             o.close()

@@ -40,7 +40,7 @@ from app.host.protocol import (
 from app.server.service import GenerationService, Job, ModelProvider, ServedModel
 from app.session.chat_session import ChatSession
 from app.session.documents import ChatDocuments
-from app.session.draft_sources import draft_source_lines, without_undriven_drafter
+from app.session.draft_sources import draft_source_lines
 from app.session.models import bundled_spec, check_spec, gpu_available, load_engine, plan_for
 from app.store import Store
 
@@ -117,9 +117,7 @@ class Host:
 
     def _load(self, req: Load, flow: Flow) -> None:
         try:
-            chosen = req.spec or bundled_spec()
-            # a drafter format the loop does not drive yet is left out, and the panel says why
-            spec, left_out = without_undriven_drafter(chosen)
+            spec = req.spec or bundled_spec()
             # from the headers, before the loaded pair is given up: a mismatch keeps the old one working
             checked = check_spec(spec)
 
@@ -137,9 +135,8 @@ class Host:
             return
         self._engine = engine
         self._session = session = ChatSession(engine, store, documents=ChatDocuments(self._documents_db))
-        # the spec as chosen (a left-out drafter stays in the panel's field, with the line saying why)
-        self.send(Loaded(ModelInfo(chosen, session.model_label, engine.has_drafter, engine.block_size,
-                                   session.format.name, engine.n_ctx, draft_source_lines(engine, spec, left_out))))
+        self.send(Loaded(ModelInfo(spec, session.model_label, engine.has_drafter, engine.block_size,
+                                   session.format.name, engine.n_ctx, draft_source_lines(engine, spec))))
         if req.calibrate and engine.has_drafter and not engine.speculation_blocked:
             # the cost model "auto" needs, measured (or read from the cache) while the user watches the load
             self.send(LoadProgress("calibrating", -1.0))

@@ -3,11 +3,10 @@
 Looked for in the target's own folder, the models folder (catalog downloads) and the bundled
 drafters; each file's draft format comes from its header (gguf_tools.formats) and it is offered
 only when it fits this target:
-- a drafter the loop drives (DFlash v1, DFlash2, DSpark) whose pair check passes (`--drafter`);
+- a drafter (DFlash v1, DFlash2, DSpark, EAGLE-3) whose pair check passes (`--drafter`);
 - a plain model with the target's token list and a smaller file (a classic draft model, `--draft-model`);
-- the target's own MTP head: listed (no file to choose: every load of the target uses it);
-- an EAGLE-3 drafter with the target's token list (or none of its own), and a target with several
-  chained MTP heads: listed, not usable, with the reason (FlashDesk's loop does not drive them yet).
+- the target's own MTP head: listed (no file to choose: every load of the target uses it); a target
+  with several chained heads: listed, not usable, with the reason (FlashDesk's loop drives one).
 Header reads only (the reader decodes no token list), so a scan of a models folder is quick.
 """
 
@@ -98,7 +97,7 @@ def _option(target: Path, t_info: GGUFInfo, path: Path, tap_archs: tuple[str, ..
     try:
         info = read_gguf(path)
         fmt = draft_format(info)
-        if fmt.format not in (PLAIN, MTP) and fmt.in_loop:  # the DFlash graphs (gguf_tools.formats.IN_LOOP)
+        if fmt.format not in (PLAIN, MTP) and fmt.in_loop:  # the drafter files (gguf_tools.formats.IN_LOOP)
             rep = check_pair(target, path, tap_archs=tap_archs)
             return DrafterOption(str(path), ROLE_DRAFTER, fmt.label, True, "the pair check passed") if rep.ok else None
         if fmt.format == PLAIN:

@@ -1,19 +1,17 @@
 """Which draft sources a load uses, and why: what the Model panel shows after a load (Qt-free).
 
-A drafter file in a format FlashDesk's loop does not drive yet (EAGLE-3: see
-gguf_tools.formats' `in_loop`) is left out of the load, which goes on with the target and the
-context lookup and says so, as Unsloth Studio says why it falls back; every other drafter problem
-still refuses the load (check_spec). The lines come from the loaded engine's source registry
-(`Engine.sources`), so a new source shows up here by its name.
+Every drafter format the pinned llama.cpp loads is driven by the loop (a file that does not fit is
+refused by check_spec, with the reason); a target's MTP heads the engine does not use get a line
+saying why, as Unsloth Studio says why it falls back. The lines come from the loaded engine's source
+registry (`Engine.sources`), so a new source shows up here by its name.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 from app.engine.dflash import Engine
-from app.engine.draft_policy import DFLASH, DRAFT_MODEL, LOOKUP, MTP
+from app.engine.draft_policy import DFLASH, DRAFT_MODEL, EAGLE3, LOOKUP, MTP
 from app.errors import FlashDeskError
 from app.session.models import ModelSpec
 from gguf_tools.formats import DFLASH2, DSPARK, draft_format
@@ -21,25 +19,10 @@ from gguf_tools.formats import MTP as MTP_FORMAT
 from gguf_tools.reader import read_gguf
 
 
-def without_undriven_drafter(spec: ModelSpec) -> tuple[ModelSpec, str | None]:
-    """The spec to load and, when its drafter is left out, the line that says why."""
-    if spec.drafter is None:
-        return spec, None
-    try:
-        fmt = draft_format(read_gguf(spec.drafter))
-    except FlashDeskError:
-        return spec, None  # a missing or damaged file: check_spec names it
-    if fmt.in_loop:
-        return spec, None
-    return replace(spec, drafter=None), (
-        f"{fmt.label} file {Path(spec.drafter).name}: not yet driven by FlashDesk's loop, using the context lookup "
-        f"only (llama-server runs it as {fmt.llama_type})")
-
-
-def draft_source_lines(engine: Engine, spec: ModelSpec, left_out: str | None = None) -> tuple[str, ...]:
-    """What drafts for this load and why, one line each: the sources in the engine's registry, the
-    drafter left out (`left_out`, from without_undriven_drafter) and the target's own MTP heads."""
-    lines = [left_out] if left_out else []
+def draft_source_lines(engine: Engine, spec: ModelSpec) -> tuple[str, ...]:
+    """What drafts for this load and why, one line each: the sources in the engine's registry and the
+    target's own MTP heads where the engine does not use them."""
+    lines: list[str] = []
     if engine.speculation_blocked:
         return (*lines, engine.speculation_blocked)
     names = [n for n in engine.sources if n != LOOKUP]
@@ -52,6 +35,10 @@ def draft_source_lines(engine: Engine, spec: ModelSpec, left_out: str | None = N
         elif name == DRAFT_MODEL:
             lines.append(f"draft model {Path(spec.draft_model or '').name} in use: shares the target's vocabulary "
                          f"(up to {engine.sources[name].k_max} drafts a step, one pass each)")
+        elif name == EAGLE3:
+            src = engine.sources[name]
+            lines.append(f"EAGLE-3 drafter {Path(spec.drafter or '').name} in use: fed 3 of the target's hidden "
+                         f"states (layers {src.layers}), up to {src.k_max} drafts a step, one pass each")
         elif name == MTP:
             lines.append(f"the target's own MTP head in use: no second file, fed the target's last hidden state "
                          f"(up to {engine.sources[name].k_max} drafts a step, one pass of the head each)")

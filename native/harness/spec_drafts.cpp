@@ -1,12 +1,12 @@
 // spec_drafts: the drafts llama.cpp's own common_speculative proposes at each step of a greedy
 // generation, printed as JSON, for comparing FlashDesk's draft sources with it: draft-simple (a
-// classic draft model), draft-dflash (a DFlash v1 or DFlash2 drafter), draft-dspark, or draft-mtp (the
+// classic draft model), draft-dflash (a DFlash v1 or DFlash2 drafter), draft-dspark, draft-eagle3, or draft-mtp (the
 // target's own MTP head: no --draft; an MTP context on the target file, loaded with its heads), the
 // last three fed the target's states through `common_speculative_process` after every target
 // decode, as llama-server does.
 // Built by native.harness against the pinned, patched tree's libllama + libllama-common.
 //
-//   spec-drafts --target T.gguf [--draft D.gguf] --tokens 1,2,3 [--type simple|dflash|dspark|mtp] [--n-max 3]
+//   spec-drafts --target T.gguf [--draft D.gguf] --tokens 1,2,3 [--type simple|dflash|dspark|eagle3|mtp] [--n-max 3]
 //               [--n-min 0] [--p-min 0] [--max-tokens 32] [--n-ctx 512] [--threads 2]
 //
 // The loop is examples/speculative-simple's, with two choices that mirror FlashDesk's loop: the
@@ -80,8 +80,8 @@ int main(int argc, char ** argv) {
     cp.n_ctx = n_ctx;
     cp.n_batch = cp.n_ubatch = 512;
     cp.n_threads = cp.n_threads_batch = n_threads;
-    const bool fed = type == "dflash" || type == "dspark" || mtp;  // drafters fed the target's states
-    if (type != "simple" && !fed) { fprintf(stderr, "--type is simple, dflash, dspark or mtp\n"); return 2; }
+    const bool fed = type == "dflash" || type == "dspark" || type == "eagle3" || mtp;  // fed the target's states
+    if (type != "simple" && !fed) { fprintf(stderr, "--type is simple, dflash, dspark, eagle3 or mtp\n"); return 2; }
     llama_context_params cpt = cp;
     cpt.n_rs_seq = n_max + 1;  // a recurrent target takes back rejected drafts from snapshots
     llama_context * ctx_tgt = llama_init_from_model(model_tgt, cpt);
@@ -95,6 +95,7 @@ int main(int argc, char ** argv) {
     common_params_speculative sp;
     sp.types = { type == "dflash" ? COMMON_SPECULATIVE_TYPE_DRAFT_DFLASH
                : type == "dspark" ? COMMON_SPECULATIVE_TYPE_DRAFT_DSPARK
+               : type == "eagle3" ? COMMON_SPECULATIVE_TYPE_DRAFT_EAGLE3
                : mtp ? COMMON_SPECULATIVE_TYPE_DRAFT_MTP : COMMON_SPECULATIVE_TYPE_DRAFT_SIMPLE };
     sp.draft.backend_sampling = false;  // drafts read on the CPU, as FlashDesk reads them
     sp.draft.n_max = n_max;

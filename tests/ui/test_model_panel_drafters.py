@@ -15,7 +15,7 @@ from app.session.models import ModelSpec
 from app.ui.model_manager import ModelManagerDialog
 from app.ui.model_panel import ModelPanel
 from gguf_tools.edit import copy_gguf
-from gguf_tools.synth import TinyShape, write_eagle3_header, write_tiny_target
+from gguf_tools.synth import TinyShape, write_eagle3, write_tiny_target
 from tests.ui.conftest import LOAD_TIMEOUT_MS
 
 
@@ -55,22 +55,22 @@ def test_the_bundled_drafter_is_offered_for_the_bundled_target(qtbot, gemma_targ
 
 
 def test_a_draft_model_and_an_eagle3_file_are_offered_by_format(qtbot, tiny_pair, tmp_path: Path) -> None:  # noqa
-    target, v1 = tiny_pair
+    target, _ = tiny_pair
     shelf = tmp_path / "shelf"
     shelf.mkdir()
     t = Path(copy_gguf(target, shelf / target.name))
     small = write_tiny_target(shelf / "tiny-small.gguf", "qwen3", TinyShape(n_layer=1), seed=3)
-    write_eagle3_header(shelf / "tiny-eagle3.gguf", v1)
+    write_eagle3(shelf / "tiny-eagle3.gguf", t)
     panel = ModelPanel()
     qtbot.addWidget(panel)
     panel.target_edit.setText(str(t))
     panel.target_edit.editingFinished.emit()
     assert _items(panel)[1:] == [
         ("none: plain decoding with the context lookup", True),
+        ("tiny-eagle3.gguf — EAGLE-3 (drafter)", True),
         ("tiny-small.gguf — classic draft model (draft model)", True),
-        ("tiny-eagle3.gguf — EAGLE-3 (drafter): not driven by FlashDesk yet", False),
     ]
-    assert "one pass per draft token" in panel.found_combo.model().item(3).toolTip()
+    assert "the pair check passed" in panel.found_combo.model().item(2).toolTip()
     _pick(qtbot, panel, "tiny-small.gguf")
     spec = panel.spec()
     assert spec.draft_model == str(small.resolve()) and spec.drafter is None
@@ -82,16 +82,15 @@ def test_a_draft_model_and_an_eagle3_file_are_offered_by_format(qtbot, tiny_pair
 
 def test_the_panel_shows_which_source_is_in_use_and_why(qtbot, open_window, tiny_spec: ModelSpec,  # noqa: ANN001
                                                          tmp_path: Path) -> None:
-    v2 = write_eagle3_header(tmp_path / "tiny-eagle3.gguf", tiny_spec.drafter)
-    chosen = ModelSpec(tiny_spec.target, str(v2), n_ctx=tiny_spec.n_ctx, n_threads=1)
+    e3 = write_eagle3(tmp_path / "tiny-eagle3.gguf", tiny_spec.target)
+    chosen = ModelSpec(tiny_spec.target, str(e3), n_ctx=tiny_spec.n_ctx, n_threads=1)
     w = open_window(tmp_path / "db.sqlite3", chosen)
     panel = w.model_panel
-    # loaded without it, and the panel says why (the engine process's words)
+    # an EAGLE-3 drafter is its own source (no DFlash graph), and the panel says so (the engine process's words)
     assert not w.model_info.has_drafter
-    assert ("EAGLE-3 file tiny-eagle3.gguf: not yet driven by FlashDesk's loop, using the context lookup only "
-            "(llama-server runs it as draft-eagle3)\nno drafter: plain decoding with the context lookup"
-            ) in panel.status_label.text()
-    assert panel.drafter_edit.text() == str(v2)  # the user's choice stays in its field
+    assert ("EAGLE-3 drafter tiny-eagle3.gguf in use: fed 3 of the target's hidden states (layers [1, 2, 3]), "
+            "up to 8 drafts a step, one pass each\ncontext lookup: on beside them") in panel.status_label.text()
+    assert panel.drafter_edit.text() == str(e3)
     # the compatible DFlash drafter next to the target is offered: pick it, load, and the panel says so
     _pick(qtbot, panel, Path(tiny_spec.drafter).name)
     qtbot.mouseClick(panel.load_button, Qt.MouseButton.LeftButton)
