@@ -263,3 +263,15 @@ def test_unusable_inputs_name_the_file_and_the_problem(shapes: dict[str, Path], 
     bad.write_bytes(b"not a gguf file at all, just text")
     with pytest.raises(PlanInputError, match="bad.gguf: not a GGUF file"):
         plan_split(bad, None, cards)
+
+
+def test_an_eagle3_drafter_is_placed_as_a_drafter(tiny_pair: tuple[Path, Path], tmp_path: Path) -> None:
+    """An EAGLE-3 file is a drafter to the plan too: one layer, a pass per token (one output row), the
+    target's head shared, its three taps' features on the host."""
+    from gguf_tools.synth import write_eagle3
+
+    e3 = write_eagle3(tmp_path / "e3.gguf", tiny_pair[0])
+    plan = plan_split(tiny_pair[0], e3, inv(), PlanRequest(n_ctx=1024))
+    assert plan.fits and plan.host.holds_drafter
+    d = read_profile(e3)
+    assert d.is_drafter and d.block_size == 1 and d.target_layers == (1, 2, 3) and not d.has_own_head

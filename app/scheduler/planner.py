@@ -386,7 +386,7 @@ def plan_split(target: ModelProfile | str | Path, drafter: ModelProfile | str | 
     if t.is_drafter:
         raise PlanInputError(f"{t.path}: this is a DFlash drafter; pass it as the drafter, not the target")
     if d is not None and not d.is_drafter:
-        raise PlanInputError(f"{d.path}: architecture {d.arch!r} is not a DFlash drafter")
+        raise PlanInputError(f"{d.path}: architecture {d.arch!r} is not a DFlash or EAGLE-3 drafter")
     if d is not None and d.n_embd != t.n_embd:
         raise PlanInputError(f"{d.path}: drafter width {d.n_embd} does not match the target's {t.n_embd} "
                              f"({t.path.name})")

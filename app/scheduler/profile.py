@@ -31,6 +31,8 @@ RS_ROLLBACK = {"qwen35", "qwen35moe", "kimi-k3", "qwen4exp", "deepseek4", "glm5-
                "nemotron_h_moe", "lfm2", "lfm2moe", "bailingmoe3"}
 # tensors llama.cpp keeps with the input layer, always on the CPU (llama-model.cpp: dev_input)
 _INPUT_TENSORS = ("token_embd.", "token_types.", "position_embd.", "per_layer_token_embd.")
+# the drafter files the planner places beside a target (a DFlash-family drafter, an EAGLE-3 drafter)
+DRAFTER_ARCHS = ("dflash", "eagle3")
 _BLK = re.compile(r"^blk\.(\d+)\.")
 # matmul weights the CPU backend keeps in an 8-row interleaved copy, in its own buffer
 # (native/patches/0003, CPU_SMALLBATCH): on the CPU they are held twice, mapped and copied
@@ -84,7 +86,7 @@ class ModelProfile:
 
     @property
     def is_drafter(self) -> bool:
-        return self.arch == "dflash"
+        return self.arch in DRAFTER_ARCHS
 
     @property
     def layer_bytes(self) -> int:
@@ -185,7 +187,7 @@ def read_profile(path: str | Path) -> ModelProfile:
             output_copy += cpu_copy_bytes(t)
     emb = info.tensor("token_embd.weight")
     out = info.tensor("output.weight")
-    is_drafter = info.arch == "dflash"
+    is_drafter = info.arch in DRAFTER_ARCHS
     tied = out is None and emb is not None and not is_drafter
     head_bytes = out.n_bytes if out is not None else (emb.n_bytes if emb is not None else 0)
     if tied:
@@ -212,6 +214,7 @@ def read_profile(path: str | Path) -> ModelProfile:
         n_pos_per_embd=4 if info.has(f"{info.arch}.rope.dimension_sections") else 1,
         rs_rollback=info.arch in RS_ROLLBACK, file_bytes=info.file_size,
         target_layers=tuple(int(x) for x in (info.arch_get("target_layers") or [])) if is_drafter else (),
-        block_size=int(info.arch_get("block_size", 16) or 16) if is_drafter else 0,
+        # (an EAGLE-3 pass has one output row: it drafts a token a pass)
+        block_size=(int(info.arch_get("block_size", 16) or 16) if info.arch == "dflash" else 1) if is_drafter else 0,
         has_own_head=(emb is not None and out is not None) if is_drafter else True,
         warnings=tuple(warnings))
