@@ -76,6 +76,34 @@ def test_bench_hands_out_the_result_so_far_after_each_prompt(tiny_pair: tuple[Pa
     assert [r["id"] for r in final["prompts"]] == ["p0", "p1"]
 
 
+
+def test_bench_repeats_every_mode_and_keeps_the_median_run(tiny_pair: tuple[Path, Path]) -> None:
+    """--repeat 3: three runs of every mode per prompt; the entry is the run of median tokens/s, and
+    the speedup is between the two medians."""
+    from app.bench.prompt_sets import BenchPrompt
+    from app.bench.runner import bench, median_run
+
+    assert median_run([{"tokens_per_s": 3.0}, {"tokens_per_s": 1.0}, {"tokens_per_s": 2.0}]) == {
+        "tokens_per_s": 2.0, "tokens_per_s_runs": [3.0, 1.0, 2.0]}
+    assert median_run([{"tokens_per_s": 4.0}, {"tokens_per_s": 1.0}])["tokens_per_s"] == 1.0  # the lower middle
+    from app.engine.dflash import Engine, EngineConfig
+
+    e = Engine(*tiny_pair, EngineConfig(n_ctx=512, n_threads=1))
+    try:
+        res = bench(e, [BenchPrompt(id="p", prompt="the cat sat on", category="tiny", format="raw")],
+                    ["plain", "fixed"], max_tokens=8, repeat=3)
+        with pytest.raises(ValueError, match="repeat 0"):
+            bench(e, [], ["plain"], repeat=0)
+    finally:
+        e.close()
+    assert res["repeat"] == 3
+    m = res["prompts"][0]["modes"]
+    for mode in ("plain", "fixed"):
+        runs = m[mode]["tokens_per_s_runs"]
+        assert len(runs) == 3 and m[mode]["tokens_per_s"] == sorted(runs)[1]
+    assert m["fixed"]["speedup"] == pytest.approx(m["fixed"]["tokens_per_s"] / m["plain"]["tokens_per_s"])
+    assert m["fixed"]["identical"]
+
 # slow (make test-slow): the bench calibrates a pair it has not seen (~50 s on two cores, the random
 # drafter is new every session), then 8 generations and their lossless checks: ~2 min quiet
 @pytest.mark.slow

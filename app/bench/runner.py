@@ -182,11 +182,17 @@ def _calibrated_by_step(rows: list[dict], mode: str,
 def bench(engine: Engine, prompts: list[BenchPrompt], modes: list[str], max_tokens: int = 128,
           draft_max: int | None = None, check: bool = True, recalibrate: bool = False,
           progress: Callable[[str], None] | None = None,
-          partial: Callable[[dict], None] | None = None) -> dict:
+          partial: Callable[[dict], None] | None = None, repeat: int = 1) -> dict:
     """Every mode on every prompt, interleaved. `partial` gets the result so far after each prompt
     (the CLI writes it to the JSON file, so a long run that is stopped keeps what it measured);
     `recalibrate` measures the cost model anew first instead of reading the cache; the steps the
-    controllers timed are folded into the cached model at the end (calibration.learn)."""
+    controllers timed are folded into the cached model at the end (calibration.learn). `repeat`:
+    every mode runs that many times per prompt (rounds interleaved, each in another order) and a
+    mode's entry is its run of median tokens/s (all of them in `tokens_per_s_runs`): a short
+    answer's single run is too noisy to rank modes by (stop 43: plain against plain again,
+    0.79-1.29x prompt by prompt)."""
+    if repeat < 1:
+        raise ValueError(f"repeat {repeat}: expected 1 or more runs per mode")
     for m in modes:
         if m not in MODES and not peer_modes.is_peer(m):  # a malformed peer name raises here
             raise ValueError(f"unknown mode {m!r}; expected some of {', '.join(MODES + PEER_MODES)}")
@@ -220,7 +226,7 @@ def bench(engine: Engine, prompts: list[BenchPrompt], modes: list[str], max_toke
                  for m, p in peers.items()}
 
     def result(rows: list[dict]) -> dict:
-        return {"run": run, "modes": modes, "max_tokens": max_tokens, "draft_max": draft_max,
+        return {"run": run, "modes": modes, "max_tokens": max_tokens, "draft_max": draft_max, "repeat": repeat,
                 "tokens_per_s_definition": peer_modes.TOKENS_PER_S,
                 "calibration": cost.to_dict(), "prompts": list(rows),
                 "summary": summarize(rows, modes) | {"cost_model": cost_model_check(rows, ours, cost)
@@ -229,7 +235,7 @@ def bench(engine: Engine, prompts: list[BenchPrompt], modes: list[str], max_toke
 
     try:
         for i, bp in enumerate(prompts):
-            row = _bench_prompt(engine, bp, fmt, i, modes, peers, policies, max_tokens, draft_max, check)
+            row = _bench_prompt(engine, bp, fmt, i, modes, peers, policies, max_tokens, draft_max, check, repeat)
             rows.append(row)
             if progress:
                 bits = [f"{m} {row['modes'][m]['tokens_per_s']:.1f} tok/s" for m in modes]
@@ -250,13 +256,18 @@ def bench(engine: Engine, prompts: list[BenchPrompt], modes: list[str], max_toke
 
 
 def _bench_prompt(engine: Engine, bp: BenchPrompt, fmt: PromptFormat, i: int, modes: list[str], peers: dict,
-                  policies: dict, max_tokens: int, draft_max: int | None, check: bool) -> dict:
-    """Every mode on one prompt, in an order rotated by the prompt's index, then the checks."""
+                  policies: dict, max_tokens: int, draft_max: int | None, check: bool, repeat: int = 1) -> dict:
+    """Every mode on one prompt (`repeat` rounds), in an order rotated by the prompt's index and the
+    round, then the checks."""
     text, stop = prompt_text(bp, fmt)
     tokens = engine.tokenize(text)
-    order = modes[i % len(modes):] + modes[:i % len(modes)]
-    res = {m: peers[m].run(tokens, max_tokens, stop) if m in peers
-           else on_one_clock(run_mode(engine, tokens, m, max_tokens, draft_max, stop, policies)) for m in order}
+    runs: dict[str, list[dict]] = {m: [] for m in modes}
+    for r in range(repeat):
+        j = (i + r) % len(modes)
+        for m in modes[j:] + modes[:j]:
+            runs[m].append(peers[m].run(tokens, max_tokens, stop) if m in peers
+                           else on_one_clock(run_mode(engine, tokens, m, max_tokens, draft_max, stop, policies)))
+    res = {m: median_run(rs) for m, rs in runs.items()}
     plain = res["plain"]
     row = {"id": bp.id, "category": bp.category, "n_prompt": len(tokens), "modes": {}}
     plain_check = _lossless(engine, tokens, plain["tokens"], "self") if check else None
@@ -273,6 +284,14 @@ def _bench_prompt(engine: Engine, bp: BenchPrompt, fmt: PromptFormat, i: int, mo
                              else _lossless(engine, tokens, r["tokens"], "own"))
         row["modes"][m] = entry
     return row
+
+
+def median_run(entries: list[dict]) -> dict:
+    """The run of median tokens/s (the lower middle of an even count), with every run's tokens/s."""
+    if len(entries) == 1:
+        return entries[0]
+    ranked = sorted(entries, key=lambda e: e["tokens_per_s"])
+    return ranked[(len(ranked) - 1) // 2] | {"tokens_per_s_runs": [e["tokens_per_s"] for e in entries]}
 
 
 def on_one_clock(entry: dict) -> dict:

@@ -13,6 +13,7 @@ from app.bench.info import emit_result
 from app.bundled import default_target
 from app.cli.common import add_model_args, open_engine
 from app.engine.calibration import calibrate
+from app.engine.draft_policy import EAGLE3
 from app.engine.params import GenerationParams
 
 
@@ -27,6 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         f"on first use): {','.join(runner.PEER_MODES)}, e.g. upstream-dflash@7, "
                         "upstream-lookup:ngram-simple, upstream-chain:ngram-mod+draft-dflash")
     b.add_argument("--limit", type=int, default=None, help="only the first N prompts")
+    b.add_argument("--repeat", type=int, default=1,
+                   help="runs of every mode per prompt (default 1); each entry is the run of median tokens/s")
     b.add_argument("--no-check", action="store_true", help="skip the teacher-forced lossless check")
     b.add_argument("--recalibrate", action="store_true",
                    help="measure the cost model afresh at the start (the cost check then compares the run with "
@@ -94,10 +97,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
         modes = [m.strip() for m in args.mode.split(",") if m.strip()]
         result = runner.bench(engine, prompts, modes, max_tokens=args.max_tokens, draft_max=args.draft_max,
                               check=not args.no_check, recalibrate=args.recalibrate, progress=runner.log,
+                              repeat=args.repeat,
                               partial=(lambda r: runner.write_json(r, args.json)) if args.json else None)
         result["target"] = str(engine.target.path)
-        result["drafter"] = str(engine.drafter.path) if engine.drafter else None
-        result["drafter_format"] = engine.drafter_format if engine.drafter else None  # dflash, dflash2, dspark
+        result["drafter"] = str(engine.drafter_path) if engine.drafter_path else None
+        result["drafter_format"] = (engine.drafter_format if engine.drafter  # dflash, dflash2, dspark
+                                    else EAGLE3 if EAGLE3 in engine.sources else None)
         result["drafter_window"] = engine.drafter_window  # 0: the drafter attends to the whole context
     finally:
         engine.close()
