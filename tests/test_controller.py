@@ -66,7 +66,8 @@ def test_choose_is_the_best_candidate_whose_cautious_rate_beats_plain() -> None:
         c.verify_s = [0.0, *np.sort(rng.uniform(0.01, 0.04, 16))]
         c.draft_s = [0.0, *rng.uniform(0.0005, 0.01, 15)]
         p = DraftController(c, refresh_costs=False, probe_every=10**9)
-        for m in p._text_models():
+        dflash = [m for pair in p.dflash_by_context for m in dict.fromkeys(pair)]
+        for m in dict.fromkeys([*dflash, *p._text_models()]):
             m.tried[:] = rng.uniform(0, 10, m.k_max)
             m.acc[:] = m.tried * rng.uniform(0, 1, m.k_max) ** 0.3
         p._lookup_passed, p._lookup_expected = rng.uniform(0, 5), rng.uniform(0, 5)

@@ -14,7 +14,7 @@ import pytest
 
 from app.chat.format import ChatMessage, prompt_format_of
 from app.engine.calibration import CostModel
-from app.engine.controller import CAUTION, LOOKUP_TRUST_WEIGHT, REPLY_KEEP, DraftController
+from app.engine.controller import CAUTION, DFLASH_CONTEXT_EDGES, LOOKUP_TRUST_WEIGHT, REPLY_KEEP, DraftController
 from app.engine.dflash import Engine, EngineConfig
 from app.engine.draft_policy import DFLASH, LOOKUP, PLAIN, Choice, StepInfo, StepTiming
 from app.engine.events import Completion
@@ -103,6 +103,48 @@ def test_a_proven_source_still_drafts_long_at_a_short_context() -> None:
             p.observe(c, c.k, StepTiming())
         ks[caution] = p.choose(step)
     assert ks[CAUTION] == ks[0.0] and ks[CAUTION].k >= 6 and ks[CAUTION].source == LOOKUP
+
+
+def test_what_a_chat_taught_the_drafter_does_not_decide_a_documents_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DFlash's acceptance is learned per context length: after 30 chat steps at 300 cells whose
+    drafts all passed, answers over an 8,000-cell document where every DFlash draft fails draft
+    little (the long context's own estimate, the prior, then its failures), where one model for every
+    length drafts until the chat's record wears off; and back in the chat the drafter drafts longer at
+    once than the one model does, which the documents taught to fail."""
+    runs = {}
+    for edges in (DFLASH_CONTEXT_EDGES, ()):
+        monkeypatch.setattr("app.engine.controller.DFLASH_CONTEXT_EDGES", edges)
+        p = DraftController(measured_costs(), (DFLASH,), refresh_costs=False)
+        chat = StepInfo(None, True, 1, False, 300)
+        for _ in range(30):
+            c = p.choose(chat)
+            p.observe(c, c.k, StepTiming())
+        drafted = 0
+        for _reply in range(3):
+            for i in range(20):
+                c = p.choose(StepInfo(None, True, 1, i == 0, 8000 + i))
+                drafted += c.k > 0
+                p.observe(c, 0, StepTiming())
+        runs[edges] = drafted, p.choose(StepInfo(None, True, 1, True, 300)).k
+    (drafted, k_back), (drafted_one, k_back_one) = runs[DFLASH_CONTEXT_EDGES], runs[()]
+    assert drafted <= drafted_one // 2, runs
+    assert k_back > k_back_one, runs
+
+
+def test_a_documents_record_carries_over_to_the_next_question() -> None:
+    """A new reply halves what the short context's DFlash models learned (the next chat turn may be
+    unlike the last) but not the long contexts': a drafter that failed over a document fails over the
+    next one as well, and pulling its estimate back to the prior at every question kept it drafting."""
+    p = DraftController(measured_costs(), (DFLASH,), refresh_costs=False)
+    short, long_ = p.dflash_by_context[0][0], p.dflash_by_context[-1][0]
+    for model in (short, long_):
+        p._last_dflash = model
+        for _ in range(6):
+            p.observe(Choice(DFLASH, 2), 0, StepTiming())
+    before = short.tried.copy(), long_.tried.copy()
+    p.choose(StepInfo(None, True, 1, True, 8000))
+    assert short.tried == pytest.approx(REPLY_KEEP * before[0])
+    assert long_.tried == pytest.approx(before[1])
 
 
 def _failing_lookup_steps(policy: DraftController, steps: int, n_past: int) -> tuple[int, float]:

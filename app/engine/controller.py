@@ -6,7 +6,8 @@ length, DFlash(k) for k up to the drafter's block. For each, expected tokens
 E(k) come from the acceptance model of that source (the lookup's per match
 length n and agreement, since a long match predicts better than a short one
 and an n-gram always followed by the same token better than one followed by
-different tokens) and expected
+different tokens; DFlash's by context length, since a drafter trained on short
+text drafts worse over a long document) and expected
 seconds from the calibrated cost model (app.engine.calibration): the target
 pass over k+1 tokens at the step's context, the drafter pass and its injection call for DFlash
 only, a graph rebuild when the verify size changes. Rate = E / seconds.
@@ -28,6 +29,7 @@ draft length, `(LOOKUP,)` speculation for a target without a drafter,
 
 from __future__ import annotations
 
+import bisect
 import copy
 from typing import TYPE_CHECKING
 
@@ -75,6 +77,16 @@ LOOKUP_FIRST_PRIOR = 0.25
 # replayed (scripts/lookup_replay.py, docs/bench/lookup-replay-cpu.json), whatever the match
 REPLY_END_PRIOR = 0.6
 DFLASH_PRIOR = 0.7
+# DFlash's acceptance is learned apart by the context's length (cells before the step: < 1,024, < 4,096,
+# longer): a drafter trained on short sequences, reading a window of the last 2,048 positions, drafts
+# far worse in an answer over a long document than in a chat, so what a chat taught it must not decide
+# a document's steps. First drafts passing at k=3 in stop 40's done-when run (fixed mode, the shipped
+# drafter, docs/bench/done-when-s40-cpu.json): 0.48-0.63 in chat and code (< 1k cells), 0.21 in docqa
+# (1.4-2.3k), 0.17 at 2k, 0.10 at 8k. The long contexts' models keep what they learned from one reply to
+# the next (a new question over a document is as hard for the drafter as the last): in stop 43's
+# documents their estimate, halved back toward the prior at every reply, kept DFlash drafting at
+# 0.11-0.36 accepted a step where a step cost 1.4x a plain one (docs/bench/docs-ab-s43-*.json)
+DFLASH_CONTEXT_EDGES = (1024, 4096)
 # a classic draft model's acceptance before any step: a same-family small model agrees with its target
 # on most greedy tokens (what it learns replaces this within a few steps)
 DRAFT_MODEL_PRIOR = 0.6
@@ -123,12 +135,17 @@ class DraftController:
         n_max = len(cost.verify_s) - 2  # the longest draft the costs cover
         self.dflash_k_max = max(0, min(dflash_k_max, n_max, len(cost.draft_s) - 1)) if DFLASH in sources else 0
         self.lookup_k_max = max(0, min(lookup_k_max, n_max)) if LOOKUP in sources else 0
-        # DFlash's acceptance; in the hybrid, apart where the lookup has a match and where it has none:
-        # text that repeats is easier for the drafter too, and where nothing repeats a DFlash step
-        # must earn its drafter pass on its own
-        self.dflash = AcceptanceModel(self.dflash_k_max, DFLASH_PRIOR, prior_weight, decay)
-        self.dflash_unmatched = (AcceptanceModel(self.dflash_k_max, DFLASH_PRIOR, prior_weight, decay)
-                                 if LOOKUP in self.sources else self.dflash)
+        # DFlash's acceptance, one (matched, unmatched) pair per context length (DFLASH_CONTEXT_EDGES); in
+        # the hybrid, apart where the lookup has a match and where it has none: text that repeats is
+        # easier for the drafter too, and where nothing repeats a DFlash step must earn its drafter pass
+        # on its own
+        self.dflash_by_context: list[tuple[AcceptanceModel, AcceptanceModel]] = []
+        for _ in range(len(DFLASH_CONTEXT_EDGES) + 1):
+            matched = AcceptanceModel(self.dflash_k_max, DFLASH_PRIOR, prior_weight, decay)
+            unmatched = (AcceptanceModel(self.dflash_k_max, DFLASH_PRIOR, prior_weight, decay)
+                         if LOOKUP in self.sources else matched)
+            self.dflash_by_context.append((matched, unmatched))
+        self.dflash, self.dflash_unmatched = self.dflash_by_context[0]  # a short context's
         self._last_dflash = self.dflash  # the model of the step being verified
         # [agreement][match length]
         self.lookup = [[AcceptanceModel(self.lookup_k_max, lookup_prior(a, n), prior_weight, decay)
@@ -320,8 +337,9 @@ class DraftController:
         return self.lookup[step.lookup.agreement][min(step.lookup.n, DEFAULT_MAX_N)]
 
     def _text_models(self) -> list[AcceptanceModel]:
-        """The acceptance models of the text (not of a reply's first step or its end), each once."""
-        models = [self.dflash] + ([self.dflash_unmatched] if self.dflash_unmatched is not self.dflash else [])
+        """The acceptance models of the text (not of a reply's first step or its end), each once: what a
+        new reply forgets in part (DFlash's long contexts' models keep theirs: DFLASH_CONTEXT_EDGES)."""
+        models = list(dict.fromkeys(self.dflash_by_context[0]))
         return models + [m for row in self.lookup for m in row]
 
     def _sequential_costs(self, step: StepInfo) -> list[tuple[str, AcceptanceModel, np.ndarray]]:
@@ -337,7 +355,8 @@ class DraftController:
         return out
 
     def _dflash_model(self, step: StepInfo) -> AcceptanceModel:
-        return self.dflash if step.lookup is not None else self.dflash_unmatched
+        matched, unmatched = self.dflash_by_context[bisect.bisect_right(DFLASH_CONTEXT_EDGES, step.n_past)]
+        return matched if step.lookup is not None else unmatched
 
     def _drafting_pays(self, source: str) -> bool:
         """Whether some draft of `source` now beats plain decoding, cautiously (no switch cost counted)."""
