@@ -226,14 +226,10 @@ class DraftController:
 
     def choose(self, step: StepInfo) -> Choice:
         if step.first and self.reply_keep < 1.0:
-            # a reply over a long context (a document's answer) keeps the lookup's record too: the
-            # next answer copies from its sources as the last did
-            document = step.n_past >= DFLASH_CONTEXT_EDGES[0] if DFLASH_CONTEXT_EDGES else False
-            for m in self._text_models(with_lookup=not document):
+            for m in self._text_models():
                 m.forget(self.reply_keep)
-            if not document:
-                self._lookup_passed *= self.reply_keep
-                self._lookup_expected *= self.reply_keep
+            self._lookup_passed *= self.reply_keep
+            self._lookup_expected *= self.reply_keep
         t_plain, rates = self._rates(step)
         # the best draft (by mean rate) among those whose cautious rate beats plain decoding; else
         # plain. Ties go to the earlier candidate (sources in order, then the shorter draft).
@@ -340,11 +336,11 @@ class DraftController:
             return self.lookup_end
         return self.lookup[step.lookup.agreement][min(step.lookup.n, DEFAULT_MAX_N)]
 
-    def _text_models(self, with_lookup: bool = True) -> list[AcceptanceModel]:
+    def _text_models(self) -> list[AcceptanceModel]:
         """The acceptance models of the text (not of a reply's first step or its end), each once: what a
         new reply forgets in part (DFlash's long contexts' models keep theirs: DFLASH_CONTEXT_EDGES)."""
         models = list(dict.fromkeys(self.dflash_by_context[0]))
-        return models + ([m for row in self.lookup for m in row] if with_lookup else [])
+        return models + [m for row in self.lookup for m in row]
 
     def _sequential_costs(self, step: StepInfo) -> list[tuple[str, AcceptanceModel, np.ndarray]]:
         """[(source, acceptance model, expected seconds of drafting k = 0..k_max)] of each source that
