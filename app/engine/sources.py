@@ -282,7 +282,72 @@ class DraftModelSource:
             o.close()
 
 
-class MtpSource:
+def draft_from_states(ctx: LlamaContext, batch: TokenStateBatch, token: int, state: np.ndarray, pos0: int,
+                      k: int) -> list[int]:
+    """k drafts, a pass each: `token` with `state` (one row) at pos0, then each draft at the next
+    position with the last pass's own nextn row (an MTP head's, EAGLE-3's pre-norm state)."""
+    drafts: list[int] = []
+    row = state[None]
+    for i in range(k):
+        batch.set([token], pos0 + i, row, [True])
+        ctx.process(batch)
+        token = int(ctx.argmax_rows([0])[0][0])
+        drafts.append(token)
+        row = ctx.nextn_row(0)[None].copy()
+    return drafts
+
+
+def time_state_pass(ctx: LlamaContext, batch: TokenStateBatch, pos: int, repeats: int) -> float:
+    """Median seconds of one single-token pass (a zero state) at `pos`, removed again."""
+    zero = np.zeros((1, batch.width), dtype=np.float32)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        batch.set([0], pos, zero, [True])
+        ctx.process(batch)
+        ctx.argmax_rows([0])
+        times.append(time.perf_counter() - t0)
+        ctx.seq_rm(pos)
+    return float(np.median(times))
+
+
+class StateFedSource:
+    """What the MTP head and EAGLE-3 share: they read the target's states of the tokens it keeps
+    (`read`), queue them up to their next proposal (`_flush`: subclass), and draft a pass per token
+    (`_draft`: subclass), timed as the step's draft time."""
+
+    what = "a state-fed source"  # its name in errors
+    _end = 0  # positions read
+
+    def begin(self, prompt: list[int], st: GenerationStats, prefill: bool) -> None:
+        if prefill:  # the prompt's states belong to reading the prompt, not to the first draft
+            self._flush()
+
+    def propose(self, history: list[int], n_past: int, k: int, st: GenerationStats,
+                with_confidence: bool = False) -> tuple[list[int], np.ndarray | None]:
+        if k <= 0:
+            return [], None
+        t0 = time.perf_counter()
+        if n_past != self._end:
+            raise GenerationError(f"{self.what}: asked to draft at position {n_past}, its states end at {self._end}")
+        self._flush()
+        drafts = self._draft(history[-1], n_past, k)
+        dt = time.perf_counter() - t0
+        st.t_draft_s += dt
+        st.t_llama_s += dt
+        return drafts, None  # no confidence: the controller picks k
+
+    def accepted(self, anchor: int, emitted: list[int], n_past: int, st: GenerationStats) -> None:
+        pass  # the verified tokens' states came with read()
+
+    def _flush(self) -> None:
+        raise NotImplementedError
+
+    def _draft(self, anchor: int, n_past: int, k: int) -> list[int]:
+        raise NotImplementedError
+
+
+class MtpSource(StateFedSource):
     """The target's own MTP (nextn) head: no second file (Qwen3.5/3.6 GGUFs carry one). A second
     context on the target's model runs the head: at position p it reads token x_p with the target's
     last hidden state at p-1 (the nextn row each target decode outputs per token) and predicts
@@ -295,6 +360,7 @@ class MtpSource:
     llama.cpp's, and later drafts drift from draft-mtp's.)"""
 
     name = "mtp"
+    what = "MTP head"
 
     def __init__(self, target: LlamaContext, n_threads: int = 0, n_batch: int = 512):
         model = target.model
@@ -312,10 +378,6 @@ class MtpSource:
         self._q_tokens: list[int] = []
         self._q_states: list[np.ndarray] = []  # blocks of rows, one per read
 
-    def begin(self, prompt: list[int], st: GenerationStats, prefill: bool) -> None:
-        if prefill:  # the prompt's pairs belong to reading the prompt, not to the first MTP step
-            self._flush()
-
     def read(self, tokens: list[int], pos0: int) -> None:
         if pos0 != self._end:  # (the engine reads every kept token in order: a gap is a bug)
             raise GenerationError(f"MTP head: read tokens at position {pos0}, expected {self._end}")
@@ -328,32 +390,12 @@ class MtpSource:
         if len(self._q_tokens) >= self._batch.capacity:
             self._flush()
 
-    def propose(self, history: list[int], n_past: int, k: int, st: GenerationStats,
-                with_confidence: bool = False) -> tuple[list[int], np.ndarray | None]:
-        if k <= 0:
-            return [], None
-        t0 = time.perf_counter()
-        if n_past != self._end:
-            raise GenerationError(f"MTP head: asked to draft at position {n_past}, its states end at {self._end}")
-        self._flush()
+    def _draft(self, anchor: int, n_past: int, k: int) -> list[int]:
         # the anchor with the target's state before it, then each draft with the head's own state
-        tok, state = history[-1], self._state[None]
-        drafts: list[int] = []
-        for i in range(k):
-            self._batch.set([tok], n_past + i, state, [True])
-            self.ctx.process(self._batch)
-            tok = int(self.ctx.argmax_rows([0])[0][0])
-            drafts.append(tok)
-            state = self.ctx.nextn_row(0)[None].copy()
+        drafts = draft_from_states(self.ctx, self._batch, anchor, self._state, n_past, k)
         self.ctx.seq_rm(n_past)  # the drafts' rows go (the anchor's too: the verify's read brings it back)
         self._n = n_past
-        dt = time.perf_counter() - t0
-        st.t_draft_s += dt
-        st.t_llama_s += dt
-        return drafts, None  # no confidence: the controller picks k
-
-    def accepted(self, anchor: int, emitted: list[int], n_past: int, st: GenerationStats) -> None:
-        pass  # the verified tokens' pairs came with read()
+        return drafts
 
     def trim(self, n_keep: int) -> bool:
         if n_keep >= self._end:
@@ -383,16 +425,7 @@ class MtpSource:
     def time_pass(self, repeats: int = 7) -> float:
         """Median seconds of one single-token pass of the head after its cache (removed again): a
         draft of k costs about k of these (the controller's prior for this source's cost)."""
-        times = []
-        zero = np.zeros((1, self.width), dtype=np.float32)
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            self._batch.set([0], self._n, zero, [True])
-            self.ctx.process(self._batch)
-            self.ctx.argmax_rows([0])
-            times.append(time.perf_counter() - t0)
-            self.ctx.seq_rm(self._n)
-        return float(np.median(times))
+        return time_state_pass(self.ctx, self._batch, self._n, repeats)
 
     def _flush(self) -> None:
         """Decode the waiting pairs into its cache (no outputs)."""
@@ -412,7 +445,7 @@ class MtpSource:
             o.close()
 
 
-class Eagle3Source:
+class Eagle3Source(StateFedSource):
     """An EAGLE-3 drafter: one decoder layer that drafts a pass per token. Its encoder (fc over three
     of the target's layer inputs, as DFlash's taps) turns each verified position P into a state g_P;
     its cache holds at P the pair (token P+1, g_P), so the last verified position waits for the next
@@ -422,6 +455,7 @@ class Eagle3Source:
     one batch each before its next proposal (or once a batch's worth waits)."""
 
     name = "eagle3"
+    what = "EAGLE-3"
 
     def __init__(self, path: str | Path, target: LlamaContext, n_threads: int = 0, n_batch: int = 512,
                  placement: ModelPlacement | None = None, progress=None):  # noqa: ANN001 - a load callback
@@ -451,10 +485,6 @@ class Eagle3Source:
         self._g = np.zeros(self.width, dtype=np.float32)  # g of the last encoded position, whose pair waits
         self._g_pos = -1  # its position (-1: none)
 
-    def begin(self, prompt: list[int], st: GenerationStats, prefill: bool) -> None:
-        if prefill:  # the prompt's features belong to reading the prompt
-            self._flush()
-
     def read(self, tokens: list[int], pos0: int) -> None:
         if pos0 != self._end:
             raise GenerationError(f"EAGLE-3: read tokens at position {pos0}, expected {self._end}")
@@ -476,33 +506,14 @@ class Eagle3Source:
         if len(self._q_tokens) >= self._batch.capacity:
             self._flush()
 
-    def propose(self, history: list[int], n_past: int, k: int, st: GenerationStats,
-                with_confidence: bool = False) -> tuple[list[int], np.ndarray | None]:
-        if k <= 0:
-            return [], None
-        t0 = time.perf_counter()
-        if n_past != self._end:
-            raise GenerationError(f"EAGLE-3: asked to draft at position {n_past}, its features end at {self._end}")
-        self._flush()
-        drafts: list[int] = []
-        if self._g_pos == n_past - 1:  # (a one-token prompt has no state yet: no draft, as llama.cpp)
-            # the anchor completes the waiting pair; each draft then pairs with the pass's own state
-            self.ctx.seq_rm(self._g_pos)
-            tok, state = history[-1], self._g[None]
-            for i in range(k):
-                self._batch.set([tok], self._g_pos + i, state, [True])
-                self.ctx.process(self._batch)
-                tok = int(self.ctx.argmax_rows([0])[0][0])
-                drafts.append(tok)
-                state = self.ctx.nextn_row(0)[None].copy()
-            self.ctx.seq_rm(n_past)  # the drafts' pairs go; the anchor's stays, as llama.cpp's does
-        dt = time.perf_counter() - t0
-        st.t_draft_s += dt
-        st.t_llama_s += dt
-        return drafts, None
-
-    def accepted(self, anchor: int, emitted: list[int], n_past: int, st: GenerationStats) -> None:
-        pass  # the verified tokens' features came with read()
+    def _draft(self, anchor: int, n_past: int, k: int) -> list[int]:
+        if self._g_pos != n_past - 1:  # (a one-token prompt has no state yet: no draft, as llama.cpp)
+            return []
+        # the anchor completes the waiting pair; each draft then pairs with the pass's own state
+        self.ctx.seq_rm(self._g_pos)
+        drafts = draft_from_states(self.ctx, self._batch, anchor, self._g, self._g_pos, k)
+        self.ctx.seq_rm(n_past)  # the drafts' pairs go; the anchor's stays, as llama.cpp's does
+        return drafts
 
     def trim(self, n_keep: int) -> bool:
         if n_keep >= self._end:
@@ -532,17 +543,7 @@ class Eagle3Source:
 
     def time_pass(self, repeats: int = 7) -> float:
         """Median seconds of one decoder pass of one token after its cache (removed again)."""
-        pos = max(0, self.ctx.pos_max() + 1)
-        zero = np.zeros((1, self.width), dtype=np.float32)
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            self._batch.set([0], pos, zero, [True])
-            self.ctx.process(self._batch)
-            self.ctx.argmax_rows([0])
-            times.append(time.perf_counter() - t0)
-            self.ctx.seq_rm(pos)
-        return float(np.median(times))
+        return time_state_pass(self.ctx, self._batch, max(0, self.ctx.pos_max() + 1), repeats)
 
     def _flush(self) -> None:
         """Encode the waiting features and write their pairs: (token P+1, g_P) at P, the first bridging
