@@ -61,6 +61,7 @@ from app.engine.params import GenerationParams, InvalidParams
 from app.engine.sampling import TokenLogprob, TokenSampler, token_logprob
 from app.engine.sources import (
     DRAFT_MODEL_K_MAX,
+    EAGLE3_K_MAX,
     MTP_K_MAX,
     DFlashSource,
     DraftModelSource,
@@ -118,9 +119,10 @@ def backend_greedy_default(model: LlamaModel, placement: ModelPlacement | None) 
 
 
 def max_draft(block_size: int | None) -> int:
-    """The longest draft any source makes: a DFlash block's (block_size - 1), a lookup's or a draft
-    model's. (A recurrent target keeps a snapshot for each: the memory plan prices as many.)"""
-    return max((block_size or 1) - 1, LOOKUP_K_MAX, DRAFT_MODEL_K_MAX, MTP_K_MAX)
+    """The longest draft any source makes: a DFlash block's (block_size - 1), a lookup's, a draft
+    model's, an MTP head's or EAGLE-3's. (A recurrent target keeps a snapshot for each: the memory plan
+    prices as many.)"""
+    return max((block_size or 1) - 1, LOOKUP_K_MAX, DRAFT_MODEL_K_MAX, MTP_K_MAX, EAGLE3_K_MAX)
 
 
 def verify_rows_max(drafter: str | Path | None) -> int:
@@ -290,7 +292,6 @@ class Engine:
         if eagle3 is not None:
             sources[EAGLE3] = Eagle3Source(eagle3, self.ctx, cfg.n_threads, cfg.n_batch, cfg.drafter_placement,
                                            eagle3_progress)
-
         return sources
 
     # --- public -------------------------------------------------------------
