@@ -468,8 +468,7 @@ class Eagle3Source(StateFedSource):
                                   f"not {self.layers}")
         # the inputs of layers below n_layer are taps; n_layer's is the target's last hidden state (nextn)
         target.enable_taps([lid for lid in self.layers if lid < n_layer])
-        self._last = n_layer in self.layers
-        if self._last:
+        if n_layer in self.layers:
             target.set_nextn_output(masked=False)
         self.ctx = LlamaContext(self.model, ContextConfig(n_ctx=target.n_ctx, n_batch=n_batch, n_ubatch=n_batch,
                                                           n_threads=n_threads), other=target)
