@@ -4,13 +4,17 @@ drafter pass, bench the bundled pair and the bandwidth-bound stand-in, and write
 
     python scripts/gpu_check.py [--out docs/bench/gpu-check.json] [--standin qwen3-4b]
     python scripts/gpu_check.py --cpu-dry-run [--out FILE]   # CPU variant, tiny budgets, no bundled bench
+    python scripts/gpu_check.py --taps-child ref.npz          # the CPU reference of the taps, made elsewhere
+    python scripts/gpu_check.py --taps-ref ref.npz --deadline-s 420   # a lent machine's short lease
 
 Every step runs as a child process (a process loads one native variant; a crash or hang is one
 failed step, not a lost run) under a timeout, and is recorded as {ok, seconds, result | error};
 the exit status is 0 only if every step passed. The CUDA build covers the device's one
 architecture (FLASHDESK_CUDA_ARCHS) in a native cache of its own, so it never replaces the
 shared three-architecture build under the same key. The stand-in (python -m gguf_tools synth
-standin) is written once under ~/.cache/flashdesk/standin.
+standin) is written once under ~/.cache/flashdesk/standin. The steps run in order of what they are
+worth (the bundled pair's taps, verify cost, calibration and bench before the stand-in's), so that a
+deadline (a lent GPU's minutes) cuts the least useful ones: a step past it is recorded as skipped.
 """
 
 from __future__ import annotations
@@ -130,6 +134,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", help="the JSON (default docs/bench/gpu-check.json; dry run: under ~/.cache/flashdesk)")
     ap.add_argument("--standin", help="stand-in shape (default qwen3-4b; dry run: small)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count(), help="CUDA build jobs (default: all cores)")
+    ap.add_argument("--taps-ref", help="the CPU's taps (.npz from --taps-child on a CPU machine) instead of "
+                    "computing them here (a lent machine that carries no CPU build)")
+    ap.add_argument("--deadline-s", type=float, default=None,
+                    help="skip the steps that would start after this many seconds; cap each step's timeout")
     ap.add_argument("--taps-child", help=argparse.SUPPRESS)
     ap.add_argument("--gpu", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -146,9 +154,14 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.time()
     work = Path(tempfile.mkdtemp(prefix="gpu-check-"))
 
+    def left() -> float:
+        return float("inf") if args.deadline_s is None else args.deadline_s - (time.time() - t_start)
+
     def step(name: str, fn):  # noqa: ANN001, ANN202 - a step's body
         t0 = time.time()
         try:
+            if left() <= 0:
+                raise TimeoutError(f"skipped: past the deadline of {args.deadline_s} s")
             result = fn()
             entry = {"ok": not (isinstance(result, dict) and result.get("ok") is False), "result": result}
         except Exception as e:  # noqa: BLE001 - every failure is one step's record
@@ -161,6 +174,9 @@ def main(argv: list[str] | None = None) -> int:
         out_path.write_text(json.dumps(report, indent=2) + "\n")  # what is done so far survives a kill
         return entry.get("result")
 
+    def t_left(cap: int) -> int:  # a step's timeout: its budget, or what is left before the deadline
+        return max(1, int(min(cap, left())))
+
     t = budget.step_timeout_s
     dev = step("device", lambda: {"name": "cpu dry run", "arch": None} if dry else device())
     if dev is None:
@@ -172,8 +188,11 @@ def main(argv: list[str] | None = None) -> int:
 
     def taps() -> dict:
         ref, got = work / "taps-cpu.npz", work / "taps-dev.npz"
-        child([sys.executable, __file__, "--taps-child", str(ref)], cpu_env(), t)
-        child([sys.executable, __file__, "--taps-child", str(got), *gpu], env, t)
+        if args.taps_ref:
+            ref = Path(args.taps_ref)
+        else:
+            child([sys.executable, __file__, "--taps-child", str(ref)], cpu_env(), t_left(t))
+        child([sys.executable, __file__, "--taps-child", str(got), *gpu], env, t_left(t))
         return compare_taps(ref, got)
 
     step("taps", taps)
@@ -182,46 +201,52 @@ def main(argv: list[str] | None = None) -> int:
              standin_dir / f"standin-{standin_shape}-dflash-Q8_0.gguf"]
     pair = ["--target", str(names[0]), "--drafter", str(names[1])]
 
-    def write_standin() -> list[str]:
-        if not all(p.exists() for p in names):
-            child([sys.executable, "-m", "gguf_tools", "synth", "standin", str(standin_dir), "--shape", standin_shape],
-                  env, t)
-        return [str(p) for p in names]
-
-    have_standin = step("standin", write_standin) is not None
     sizes = ",".join(str(n) for n in range(1, 17))
 
     def verify_cost(target: list[str]) -> dict:
         f = work / "verify.json"
         flashdesk(["verify-cost", *target, "--sizes", sizes, "--rounds", str(budget.verify_rounds), *gpu,
-                   "--json", str(f)], env, t)
+                   "--json", str(f)], env, t_left(t))
         r = json.loads(f.read_text())
         return {"ms": r["flashdesk"]["ms"], "relative": r["flashdesk"]["relative"], "run": r["run"]}
 
     step("verify_cost_bundled", lambda: verify_cost([]))
-    # the drafter pass (and every other cost) as the loop sees it, measured afresh (the dry run: the stand-in's)
-    step("calibrate", lambda: json.loads(flashdesk(["calibrate", "--fresh", *(pair if dry else gpu)], env, t)))
+
+    def calibrate(model_args: list[str]) -> dict:  # the drafter pass (and every cost) as the loop sees it, afresh
+        return json.loads(flashdesk(["calibrate", "--fresh", *model_args, *gpu], env, t_left(t)))
+
     prompts = work / "humaneval.jsonl"
 
     def bench(model_args: list[str]) -> dict:
         if not prompts.exists():
-            flashdesk(["prompts", "humaneval", "--out", str(prompts)], env, t)
+            flashdesk(["prompts", "humaneval", "--out", str(prompts)], env, t_left(t))
         f = work / "bench.json"
         flashdesk(["bench", *model_args, "--prompts", str(prompts), "--mode", "plain,fixed,hybrid", "--draft-max",
                    "15", "--limit", str(budget.bench_prompts), "--max-tokens", str(budget.bench_tokens), *gpu,
-                   "--json", str(f)], env, t * 2)
+                   "--json", str(f)], env, t_left(t * 2))
         return json.loads(f.read_text())["summary"]
 
     if budget.bench_bundled:
+        step("calibrate", lambda: calibrate([]))
         step("bench_bundled", lambda: bench([]))
+
+    def write_standin() -> list[str]:
+        if not all(p.exists() for p in names):
+            child([sys.executable, "-m", "gguf_tools", "synth", "standin", str(standin_dir), "--shape", standin_shape],
+                  env, t_left(t))
+        return [str(p) for p in names]
+
+    have_standin = step("standin", write_standin) is not None
     if have_standin:
         step("verify_cost_standin", lambda: verify_cost(pair[:2]))
+        if not budget.bench_bundled:  # the dry run calibrates the stand-in only (see Budget)
+            step("calibrate", lambda: calibrate(pair))
         step("bench_standin", lambda: bench(pair))
 
         def forced() -> dict:
             f = work / "forced.json"
             child([sys.executable, "-m", "app.bench.forced_loop", *pair, "--max-tokens", str(budget.forced_tokens),
-                   *gpu, "--json", str(f)], env, t * 2)
+                   *gpu, "--json", str(f)], env, t_left(t * 2))
             return json.loads(f.read_text())
 
         step("forced_loop_standin", forced)

@@ -28,6 +28,7 @@ import json
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -40,7 +41,9 @@ AGREEMENT_NAMES = {AGREED: "agreed", ONCE: "once", MIXED: "mixed"}
 
 
 def group_of(category: str) -> str:
-    return {"humaneval": "humaneval", "docqa": "documents"}.get(category, "chat")
+    if category.startswith("docqa"):  # docqa and docqa-long-2k/8k/...
+        return "documents"
+    return "humaneval" if category == "humaneval" else "chat"
 
 
 def replay(prompt: list[int], output: list[int], reply_ends: list[list[int]], max_tokens: int) -> dict:
@@ -73,6 +76,36 @@ def replay(prompt: list[int], output: list[int], reply_ends: list[list[int]], ma
     return dict(counts)
 
 
+def bench_replies(bench: dict, sets: list[str], ctx: int, left_out: list[str]) -> Iterator[tuple]:
+    """(row, prompt tokens, plain output, stop strings, their tokens) of each of a bench run's prompts,
+    rebuilt as the bench sent them (sets: those of the run's prompt file, in the bundled target's
+    format); a prompt that cannot be rebuilt to the run's n_prompt is added to left_out."""
+    from app.bench.prompt_sets import BenchPrompt, prompt_set, prompt_text  # noqa: PLC0415
+    from app.bundled import default_target  # noqa: PLC0415
+    from app.chat.format import prompt_format_of  # noqa: PLC0415
+    from app.engine.dflash import Engine, EngineConfig  # noqa: PLC0415
+
+    engine = Engine(default_target(), None, EngineConfig(n_ctx=ctx, n_threads=1))
+    try:
+        fmt = prompt_format_of(engine.target)
+        prompts = {}
+        for name in sets:
+            for r in prompt_set(name, engine):
+                prompts[str(r["id"])] = BenchPrompt(str(r["id"]), r["prompt"], r.get("category", "default"),
+                                                    r.get("format", "chat"), list(r.get("stop", [])))
+        for row in bench["prompts"]:
+            bp = prompts.get(row["id"])
+            text, stop = prompt_text(bp, fmt) if bp is not None else ("", [])
+            tokens = engine.tokenize(text) if bp is not None else []
+            if bp is None or len(tokens) != row["n_prompt"]:
+                left_out.append(row["id"])
+                continue
+            ends = [engine.target.tokenize(s, add_special=False, parse_special=False) for s in stop]
+            yield row, tokens, row["modes"]["plain"]["tokens"], stop, ends
+    finally:
+        engine.close()
+
+
 def add(into: dict, counts: dict) -> None:
     for key, c in counts.items():
         into[key] = [a + b for a, b in zip(into.get(key, [0, 0, 0]), c)]
@@ -100,47 +133,25 @@ def main() -> int:
     args = ap.parse_args()
 
     from app.bench.info import run_info  # noqa: PLC0415
-    from app.bench.prompt_sets import BenchPrompt, prompt_set, prompt_text  # noqa: PLC0415
-    from app.bundled import default_target  # noqa: PLC0415
-    from app.chat.format import prompt_format_of  # noqa: PLC0415
-    from app.engine.dflash import Engine, EngineConfig  # noqa: PLC0415
 
     bench = json.loads(Path(args.bench).read_text())
-    engine = Engine(default_target(), None, EngineConfig(n_ctx=args.ctx, n_threads=1))
-    try:
-        fmt = prompt_format_of(engine.target)
-        prompts = {}
-        for name in args.sets.split(","):
-            for r in prompt_set(name, engine):
-                prompts[str(r["id"])] = BenchPrompt(str(r["id"]), r["prompt"], r.get("category", "default"),
-                                                    r.get("format", "chat"), list(r.get("stop", [])))
-        by_group: dict[str, dict] = defaultdict(dict)
-        by_category: dict[str, dict] = defaultdict(dict)
-        left_out, replies = [], defaultdict(int)
-        ended: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-        n_tokens, n_reply, t_lookup = 0, 0, 0.0
-        for row in bench["prompts"]:
-            bp = prompts.get(row["id"])
-            text, stop = prompt_text(bp, fmt) if bp is not None else ("", [])
-            tokens = engine.tokenize(text) if bp is not None else []
-            if bp is None or len(tokens) != row["n_prompt"]:
-                left_out.append(row["id"])
-                continue
-            output = row["modes"]["plain"]["tokens"]
-            ends = [engine.target.tokenize(s, add_special=False, parse_special=False) for s in stop]
-            t0 = time.perf_counter()
-            counts = replay(tokens, output, ends, bench["max_tokens"])
-            t_lookup += time.perf_counter() - t0
-            n_tokens += len(tokens) + len(output)
-            n_reply += len(output)
-            group = group_of(row["category"])
-            add(by_group[group], counts)
-            add(by_category[row["category"]], counts)
-            replies[group] += 1
-            how = [s for s, e in zip(stop, ends) if e and output[-len(e):] == e]
-            ended[group][how[0] if how else "no stop string"] += 1
-    finally:
-        engine.close()
+    by_group: dict[str, dict] = defaultdict(dict)
+    by_category: dict[str, dict] = defaultdict(dict)
+    left_out, replies = [], defaultdict(int)
+    ended: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    n_tokens, n_reply, t_lookup = 0, 0, 0.0
+    for row, tokens, output, stop, ends in bench_replies(bench, args.sets.split(","), args.ctx, left_out):
+        t0 = time.perf_counter()
+        counts = replay(tokens, output, ends, bench["max_tokens"])
+        t_lookup += time.perf_counter() - t0
+        n_tokens += len(tokens) + len(output)
+        n_reply += len(output)
+        group = group_of(row["category"])
+        add(by_group[group], counts)
+        add(by_category[row["category"]], counts)
+        replies[group] += 1
+        how = [s for s, e in zip(stop, ends) if e and output[-len(e):] == e]
+        ended[group][how[0] if how else "no stop string"] += 1
     out = {
         "run": run_info(1),
         "bench": {"file": args.bench, "command": bench["run"]["command"], "git_commit": bench["run"]["git_commit"],

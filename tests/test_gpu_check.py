@@ -17,8 +17,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import gpu_check  # noqa: E402
 
-STEPS = ["device", "build", "taps", "standin", "verify_cost_bundled", "calibrate", "verify_cost_standin",
-         "bench_standin", "forced_loop_standin"]  # the GPU run benches the bundled pair too
+STEPS = ["device", "build", "taps", "verify_cost_bundled", "standin", "verify_cost_standin", "calibrate",
+         "bench_standin", "forced_loop_standin"]  # the GPU run calibrates and benches the bundled pair too
 
 
 def _taps(path: Path, taps: np.ndarray) -> Path:
@@ -52,3 +52,10 @@ def test_cpu_dry_run(tmp_path: Path) -> None:
         list(range(1, 17))
     forced = report["steps"]["forced_loop_standin"]["result"]["modes"]
     assert set(forced) == {"plain", "fixed", "adaptive", "plain-again"} and forced["fixed"]["tokens_per_step"] > 1.5
+
+
+def test_steps_past_the_deadline_are_skipped(tmp_path: Path) -> None:
+    out = tmp_path / "gpu-check.json"
+    assert gpu_check.main(["--cpu-dry-run", "--deadline-s", "0", "--out", str(out)]) == 1
+    device = json.loads(out.read_text())["steps"]["device"]
+    assert not device["ok"] and "past the deadline" in device["error"]
