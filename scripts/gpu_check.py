@@ -136,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=os.cpu_count(), help="CUDA build jobs (default: all cores)")
     ap.add_argument("--taps-ref", help="the CPU's taps (.npz from --taps-child on a CPU machine) instead of "
                     "computing them here (a lent machine that carries no CPU build)")
+    ap.add_argument("--work", help="keep every step's own output (taps, verify-cost and bench JSONs) in this folder")
     ap.add_argument("--deadline-s", type=float, default=None,
                     help="skip the steps that would start after this many seconds; cap each step's timeout")
     ap.add_argument("--taps-child", help=argparse.SUPPRESS)
@@ -152,7 +153,9 @@ def main(argv: list[str] | None = None) -> int:
                                  else ROOT / "docs/bench/gpu-check.json"))
     report: dict = {"dry_run": dry, "budget": budget.__dict__, "steps": {}}
     t_start = time.time()
-    work = Path(tempfile.mkdtemp(prefix="gpu-check-"))
+    scratch = Path(tempfile.mkdtemp(prefix="gpu-check-"))
+    work = Path(args.work) if args.work else scratch
+    work.mkdir(parents=True, exist_ok=True)
 
     def left() -> float:
         return float("inf") if args.deadline_s is None else args.deadline_s - (time.time() - t_start)
@@ -187,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
                                  "--jobs", str(args.jobs)], env, 1800).strip().splitlines()[-1:])
 
     def taps() -> dict:
-        ref, got = work / "taps-cpu.npz", work / "taps-dev.npz"
+        ref, got = scratch / "taps-cpu.npz", work / "taps-device.npz"
         if args.taps_ref:
             ref = Path(args.taps_ref)
         else:
@@ -203,24 +206,24 @@ def main(argv: list[str] | None = None) -> int:
 
     sizes = ",".join(str(n) for n in range(1, 17))
 
-    def verify_cost(target: list[str]) -> dict:
-        f = work / "verify.json"
+    def verify_cost(target: list[str], name: str) -> dict:
+        f = work / f"verify-cost-{name}.json"
         flashdesk(["verify-cost", *target, "--sizes", sizes, "--rounds", str(budget.verify_rounds), *gpu,
                    "--json", str(f)], env, t_left(t))
         r = json.loads(f.read_text())
         return {"ms": r["flashdesk"]["ms"], "relative": r["flashdesk"]["relative"], "run": r["run"]}
 
-    step("verify_cost_bundled", lambda: verify_cost([]))
+    step("verify_cost_bundled", lambda: verify_cost([], "bundled"))
 
     def calibrate(model_args: list[str]) -> dict:  # the drafter pass (and every cost) as the loop sees it, afresh
         return json.loads(flashdesk(["calibrate", "--fresh", *model_args, *gpu], env, t_left(t)))
 
-    prompts = work / "humaneval.jsonl"
+    prompts = scratch / "humaneval.jsonl"
 
-    def bench(model_args: list[str]) -> dict:
+    def bench(model_args: list[str], name: str) -> dict:
         if not prompts.exists():
             flashdesk(["prompts", "humaneval", "--out", str(prompts)], env, t_left(t))
-        f = work / "bench.json"
+        f = work / f"bench-{name}.json"
         flashdesk(["bench", *model_args, "--prompts", str(prompts), "--mode", "plain,fixed,hybrid", "--draft-max",
                    "15", "--limit", str(budget.bench_prompts), "--max-tokens", str(budget.bench_tokens), *gpu,
                    "--json", str(f)], env, t_left(t * 2))
@@ -228,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if budget.bench_bundled:
         step("calibrate", lambda: calibrate([]))
-        step("bench_bundled", lambda: bench([]))
+        step("bench_bundled", lambda: bench([], "bundled"))
 
     def write_standin() -> list[str]:
         if not all(p.exists() for p in names):
@@ -238,13 +241,13 @@ def main(argv: list[str] | None = None) -> int:
 
     have_standin = step("standin", write_standin) is not None
     if have_standin:
-        step("verify_cost_standin", lambda: verify_cost(pair[:2]))
+        step("verify_cost_standin", lambda: verify_cost(pair[:2], "standin"))
         if not budget.bench_bundled:  # the dry run calibrates the stand-in only (see Budget)
             step("calibrate", lambda: calibrate(pair))
-        step("bench_standin", lambda: bench(pair))
+        step("bench_standin", lambda: bench(pair, "standin"))
 
         def forced() -> dict:
-            f = work / "forced.json"
+            f = work / "forced-loop-standin.json"
             child([sys.executable, "-m", "app.bench.forced_loop", *pair, "--max-tokens", str(budget.forced_tokens),
                    *gpu, "--json", str(f)], env, t_left(t * 2))
             return json.loads(f.read_text())
