@@ -2,13 +2,14 @@
 
 At each length (2k, 4k, 8k, 16k, ~32k cached tokens by default), one generation per round runs the
 loop itself (calibration.run_choices) in cycles of 1, 1, n, n tokens verified per step for every
-size n (DFlash drafting n-1 with a drafter, forced lookup drafts without), so the drafter attends
-over the same cache the target does. Per size: the steady step (the second of its pair: llama.cpp's
-graph reused) without the drafter's work, read against the plain step next to it (this VM's drift
-cancels), the drafter's pass and the injection call the step made first; then the injection of 1
-and INJECT_ROWS rows after the cache (Engine.time_injection). The cost model the controller prices
-steps by (the cached calibration, its context terms fitted in pieces between 200, 2,000, 8,192 and ~32,768 cells) is set
-against each measurement: its error by length is what says whether the linear terms hold at 32k.
+size n (DFlash drafting n-1 with a drafter, forced lookup drafts without; runs of three on a CUDA
+device: calibration.steady_run), so the drafter attends over the same cache the target does. Per
+size: the steady step (the last of its run: llama.cpp's graph reused) without the drafter's work,
+read against the plain step next to it (this VM's drift cancels), the drafter's pass and the
+injection call the step made first; then the injection of 1 and INJECT_ROWS rows after the cache
+(Engine.time_injection). The cost model the controller prices steps by (the cached calibration, its
+context terms fitted in pieces between 200, 2,000, 8,192 and ~32,768 cells) is set against each
+measurement: its error by length is what says whether the linear terms hold at 32k.
 
     flashdesk context-cost --ctx 32768 --rounds 3 --json docs/bench/context-cost-cpu.json
 
@@ -24,7 +25,7 @@ import sys
 import numpy as np
 
 from app.bench.info import run_info
-from app.engine.calibration import INJECT_ROWS, CostModel, cached_calibration, run_choices
+from app.engine.calibration import INJECT_ROWS, CostModel, cached_calibration, run_choices, steady_run
 from app.engine.dflash import Engine
 from app.engine.draft_policy import DFLASH, LOOKUP, PLAIN_STEP, Choice, StepTiming
 
@@ -40,9 +41,10 @@ def measure_at(engine: Engine, length: int, sizes: list[int], rounds: int) -> di
     """Steady step costs at a context of about `length` cells (less the generation's room)."""
     src = DFLASH if engine.has_drafter else LOOKUP
     big = [n for n in sizes if n > 1]
+    run = steady_run(engine)
     cycle: list[Choice] = []
     for n in big:
-        cycle += [PLAIN_STEP, PLAIN_STEP, Choice(src, n - 1), Choice(src, n - 1)]
+        cycle += [PLAIN_STEP] * run + [Choice(src, n - 1)] * run
     plain: list[float] = []
     ratio: dict[int, list[float]] = {n: [] for n in big}
     draft: dict[int, list[float]] = {n: [] for n in big}
@@ -50,9 +52,9 @@ def measure_at(engine: Engine, length: int, sizes: list[int], rounds: int) -> di
     cells: list[int] = []
     for _ in range(rounds):
         steps = run_choices(engine, cycle, len(cycle), length)
-        for i in range(0, len(steps) - 3, 4):
-            (_, _, _), (k1, p1, c1), (_, _, _), (k3, s1, _) = steps[i:i + 4]
-            n = cycle[i + 2].k + 1
+        for i in range(0, len(steps) - 2 * run + 1, 2 * run):
+            (k1, p1, c1), (k3, s1, _) = steps[i + run - 1], steps[i + 2 * run - 1]
+            n = cycle[i + run].k + 1
             if k1 != 0 or k3 != n - 1:
                 continue  # the room left forced a shorter draft
             plain.append(_rest(p1))

@@ -38,7 +38,7 @@ from app.bundled import default_drafter, default_target
 from app.engine.calibration import CostModel
 from app.engine.controller import DraftController
 from app.engine.draft_policy import DFLASH, Choice, StepInfo, StepTiming
-from app.engine.llama_objects import ContextConfig, EmbeddingBatch, LlamaContext, LlamaModel, TokenBatch
+from app.engine.llama_objects import ContextConfig, EmbeddingBatch, LlamaContext, LlamaModel, ModelPlacement, TokenBatch
 from app.engine.lookup import ContextLookup
 from app.engine.params import GenerationParams
 from app.engine.sampling import TokenSampler
@@ -125,8 +125,9 @@ def _parts(ctx: LlamaContext, bctx: LlamaContext, model: LlamaModel, n: int, pro
     }
 
 
-def measure(target: Path, drafter: Path | None, reps: int, n_threads: int = 0, pass_reps: int = PASS_REPS) -> dict:
-    model = LlamaModel(target)
+def measure(target: Path, drafter: Path | None, reps: int, n_threads: int = 0, pass_reps: int = PASS_REPS,
+            gpu: bool = False) -> dict:
+    model = LlamaModel(target, ModelPlacement(n_gpu_layers=999 if gpu else 0))
     ctx = LlamaContext(model, ContextConfig(n_ctx=1024, n_batch=256, n_ubatch=256, n_threads=n_threads))
     bctx = LlamaContext(model, ContextConfig(n_ctx=1024, n_batch=256, n_ubatch=256, n_threads=n_threads,
                                              backend_greedy_rows=16))
@@ -217,12 +218,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--pass-reps", type=int, default=PASS_REPS,
                     help="whole passes per size and path for pass_c / pass_backend")
+    ap.add_argument("--gpu", action="store_true", help="every layer and the output on the GPU (a CUDA build)")
     ap.add_argument("--json", help="also write the result here")
     args = ap.parse_args(argv)
     target = Path(args.target) if args.target else default_target()
     drafter = Path(args.drafter) if args.drafter else (default_drafter() if not args.target else None)
-    m = measure(target, drafter, args.reps, args.threads, args.pass_reps)
-    out = {"run": run_info(args.threads), "target": str(target), "reps": args.reps, **m,
+    m = measure(target, drafter, args.reps, args.threads, args.pass_reps, args.gpu)
+    out = {"run": run_info(args.threads), "target": str(target), "reps": args.reps, "gpu": args.gpu, **m,
            "projection_rtx3090": project(m["us_by_n"])}
     return emit_result(out, args.json)
 

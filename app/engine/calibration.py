@@ -293,6 +293,20 @@ def _junk_drafts(history: list[int], choice: Choice) -> list[int] | None:
     return [history[-1]] * choice.k if choice.source == LOOKUP else None
 
 
+# how many steps of one size in a row until one is steady: llama.cpp reuses its graph from the second
+# step of a size on; on a GPU, CUDA graphs are captured on the second same-shaped step and replayed from
+# the third (ggml-cuda's warm-up), and a step of another size runs without one. On an H200, the bundled
+# target's plain step ran at 1.44 ms in a plain run and was calibrated at 5.5 ms with runs of two (the
+# capture priced as the steady step), the same step among the hybrid's changing sizes at 4.3 ms
+# (docs/bench/gpu-h200-*.json)
+STEADY_RUN_CPU = 2
+STEADY_RUN_GPU = 3
+
+
+def steady_run(engine: Engine) -> int:
+    return STEADY_RUN_GPU if engine.target_on_cuda else STEADY_RUN_CPU
+
+
 def run_choices(engine: Engine, choices: list[Choice], steps: int,
          prompt_len: int = CALIBRATION_PROMPT_LEN) -> list[tuple[int, StepTiming, int]]:
     """(k used, timing, cache cells before) of `steps` steps making `choices` in turn (greedy, from a
@@ -315,8 +329,9 @@ def run_choices(engine: Engine, choices: list[Choice], steps: int,
 def measure(engine: Engine, rounds: int = 4, pairs: int = 4) -> CostModel:
     """Run the loop in cycles of 1, 1, n, n tokens verified per step (greedy; with a drafter,
     DFlash drafting n-1 - its own drafts - else forced lookup drafts): per round and per size
-    n = 2..N, one generation of `pairs` cycles, round-robin. The second step of each pair is
-    steady (llama.cpp reuses the graph of the step before); the first rebuilds it. A size's cost
+    n = 2..N, one generation of `pairs` cycles, round-robin. The last step of each run of a size is
+    steady (llama.cpp reuses the graph of the step before; on a GPU, runs of three: see
+    steady_run); the first rebuilds it. A size's cost
     is read as its ratio to the plain step of the same cycle, a few ms apart, so that this VM's
     drift (+-10-20% within a minute) cancels; the plain step's is the median over the whole run.
     verify_s[n] is everything but the drafter's work, draft_s[n-1] the drafter pass, and a DFlash
@@ -336,16 +351,18 @@ def measure(engine: Engine, rounds: int = 4, pairs: int = 4) -> CostModel:
     def rest(t: StepTiming) -> float:
         return t.step_s - t.draft_s - t.inject_s
 
+    run = steady_run(engine)
     for _ in range(rounds):
         for n in range(2, n_max + 1):
             choice = Choice(DFLASH if engine.has_drafter else LOOKUP, n - 1)
-            cycle = [PLAIN_STEP, PLAIN_STEP, choice, choice]
-            steps = run_choices(engine, cycle, 4 * pairs + 4)[4:]  # the first cycle follows the prompt's pass
-            for i in range(0, len(steps) - 3, 4):
-                cyc = steps[i:i + 4]
+            cycle = [PLAIN_STEP] * run + [choice] * run
+            size = len(cycle)
+            steps = run_choices(engine, cycle, size * pairs + size)[size:]  # the first cycle follows the prompt
+            for i in range(0, len(steps) - size + 1, size):
+                cyc = steps[i:i + size]
                 if [used for used, _, _ in cyc] != [c.k for c in cycle]:
                     continue  # near the end the room left can force a shorter draft
-                (_, p0, _), (_, p1, c1), (_, s0, _), (_, s1, c3) = cyc
+                (_, p0, _), (_, p1, c1), (_, s0, _), (_, s1, c3) = cyc[0], cyc[run - 1], cyc[run], cyc[-1]
                 plain.append(rest(p1))
                 ratio[n].append(rest(s1) / rest(p1))
                 draft[n].append(s1.draft_s)
@@ -383,21 +400,25 @@ def measure(engine: Engine, rounds: int = 4, pairs: int = 4) -> CostModel:
 
 
 def _cycle_medians(engine: Engine, n: int, pairs: int, prompt_lens: tuple[int, ...] = (CALIBRATION_PROMPT_LEN,),
-                   rounds: int = 1) -> list[list[tuple[float, float]] | None]:
-    """Steps of 1, 1, n, n, 1, 1, ... tokens (forced lookup drafts), `pairs` cycles from a prompt of
-    each length in prompt_lens, in `rounds` runs per length taken in turn (so that drift on a busy
-    machine hits every length alike): per length and position in the cycle, the median step time
-    (without injection) and the median context; None for a length where a position got no step."""
-    cycle = [PLAIN_STEP, PLAIN_STEP, Choice(LOOKUP, n - 1), Choice(LOOKUP, n - 1)]
-    by_len: list[list[list[tuple[float, int]]]] = [[[] for _ in cycle] for _ in prompt_lens]
+                   rounds: int = 1) -> list[tuple[tuple[float, float], tuple[float, float]] | None]:
+    """Steps of 1, 1, n, n, 1, 1, ... tokens (forced lookup drafts; runs of steady_run steps), `pairs`
+    cycles from a prompt of each length in prompt_lens, in `rounds` runs per length taken in turn (so
+    that drift on a busy machine hits every length alike): per length, the steady plain step's and the
+    steady n-step's (median step time without injection, median context); None for a length where
+    either got no step."""
+    run = steady_run(engine)
+    cycle = [PLAIN_STEP] * run + [Choice(LOOKUP, n - 1)] * run
+    steady = (run - 1, 2 * run - 1)  # the positions in the cycle of the steady steps
+    by_len: list[tuple[list[tuple[float, int]], ...]] = [([], []) for _ in prompt_lens]
     per_run = max(1, pairs // rounds)
     for _ in range(rounds):
         for by_pos, length in zip(by_len, prompt_lens):
-            alt = run_choices(engine, cycle, 4 * per_run + 4, length)[4:]
+            alt = run_choices(engine, cycle, len(cycle) * (per_run + 1), length)[len(cycle):]
             for i, (used, t, n_past) in enumerate(alt):
-                if used == cycle[i % 4].k:
-                    by_pos[i % 4].append((t.step_s - t.inject_s, n_past))
-    return [[(float(np.median([t for t, _ in p])), float(np.median([c for _, c in p]))) for p in by_pos]
+                pos = i % len(cycle)
+                if pos in steady and used == cycle[pos].k:
+                    by_pos[steady.index(pos)].append((t.step_s - t.inject_s, n_past))
+    return [tuple((float(np.median([t for t, _ in p])), float(np.median([c for _, c in p]))) for p in by_pos)
             if all(by_pos) else None for by_pos in by_len]
 
 
@@ -414,7 +435,7 @@ def _context_terms(engine: Engine, cm: CostModel, pairs: int, rounds: int) -> No
     short, long = _cycle_medians(engine, CTX_N, pairs, (CALIBRATION_PROMPT_LEN, LONG_PROMPT_LEN), rounds)
     if short is None or long is None:
         return
-    fit = fit_context_terms((short[1], short[3]), (long[1], long[3]), CTX_N)
+    fit = fit_context_terms(short, long, CTX_N)
     if fit is None:
         return
     cm.ctx_step_s, cm.ctx_token_s = fit
@@ -423,10 +444,10 @@ def _context_terms(engine: Engine, cm: CostModel, pairs: int, rounds: int) -> No
     for a, b in zip(meds, meds[1:]):
         if a is None or b is None:
             break
-        fit = fit_context_terms((a[1], a[3]), (b[1], b[3]), CTX_N)
+        fit = fit_context_terms(a, b, CTX_N)
         if fit is None:
             continue  # under CTX_MIN_GAP apart (the context left no room): the next pair measures on
-        cm.far_ctx.append((a[1][1] + a[3][1]) / 2)
+        cm.far_ctx.append((a[0][1] + a[1][1]) / 2)
         cm.far_ctx_step_s.append(fit[0])
         cm.far_ctx_token_s.append(fit[1])
 

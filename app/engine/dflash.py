@@ -23,6 +23,7 @@ fed lazily, before its next pass, whichever source drafted in between.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -108,11 +109,16 @@ BACKEND_GREEDY_ON_CPU = False
 # ... and where it is on a GPU: off until measured there, and until the memory plan prices it (on the
 # two-device RPC split its sampling buffers put the output device 539 MB over the plan's 1.05 GB)
 BACKEND_GREEDY_ON_GPU = False
+# "1" or "0": backend greedy on or off wherever the output layer is (a measurement's A/B on a lent GPU)
+BACKEND_GREEDY_ENV = "FLASHDESK_BACKEND_GREEDY"
 
 
 def backend_greedy_default(model: LlamaModel, placement: ModelPlacement | None) -> bool:
     """Where the output layer is on a GPU (llama.cpp offloads it when n_gpu_layers exceeds the
     layer count, or is -1) the argmax can run there and n x n_vocab logits stay off the PCIe bus."""
+    forced = os.environ.get(BACKEND_GREEDY_ENV, "").strip()
+    if forced in ("0", "1"):
+        return forced == "1"
     n_gpu = placement.n_gpu_layers if placement is not None else 0
     on_gpu = n_gpu < 0 or n_gpu > model.n_layer
     return BACKEND_GREEDY_ON_GPU if on_gpu else BACKEND_GREEDY_ON_CPU
@@ -190,6 +196,8 @@ class Engine:
             self.mtp_unused = "llama.cpp could not load the head (the trunk loaded without it)"
             self.target = LlamaModel(target, cfg.target_placement, stage("target"))
         n_ctx = min(cfg.n_ctx, self.target.n_ctx_train) if self.target.n_ctx_train > 0 else cfg.n_ctx
+        # layers on a CUDA device: its steps replay CUDA graphs once a size repeats (calibration.steady_run)
+        self.target_on_cuda = any(name.startswith("CUDA") for name in self.target.device_names())
         self.backend_greedy = (backend_greedy_default(self.target, cfg.target_placement)
                                if cfg.backend_greedy is None else cfg.backend_greedy)
         rows = verify_rows_max(drafter)
