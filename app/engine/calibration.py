@@ -298,7 +298,7 @@ def _junk_drafts(history: list[int], choice: Choice) -> list[int] | None:
 # the third (ggml-cuda's warm-up), and a step of another size runs without one. On an H200, the bundled
 # target's plain step ran at 1.44 ms in a plain run and was calibrated at 5.5 ms with runs of two (the
 # capture priced as the steady step), the same step among the hybrid's changing sizes at 4.3 ms
-# (docs/bench/gpu-h200-*.json)
+# (docs/bench/gpu-h200/)
 STEADY_RUN_CPU = 2
 STEADY_RUN_GPU = 3
 
