@@ -106,22 +106,30 @@ def drafter_context(n_ctx: int, window: int | None) -> int:
 # Backend greedy sampling where the target's output layer is on the CPU: off until the host-cost
 # bench (python -m app.bench.host_cost: pass_backend beside pass_c) shows it is not slower there
 BACKEND_GREEDY_ON_CPU = False
-# ... and where it is on a GPU: off until measured there, and until the memory plan prices it (on the
-# two-device RPC split its sampling buffers put the output device 539 MB over the plan's 1.05 GB)
-BACKEND_GREEDY_ON_GPU = False
-# "1" or "0": backend greedy on or off wherever the output layer is (a measurement's A/B on a lent GPU)
+# ... and where it is on a GPU: on. On an H200 (stop 45, docs/bench/gpu-h200/) a pass with the argmax
+# in the graph took 1.11 ms at n = 1 and 3.92 ms at n = 16 against 1.25 and 6.72 ms with the logits
+# copied out and the argmax in C; plain decoding ran at 800 against 681 tok/s, the hybrid at 1,063
+# against 851. It costs a second copy of the logits buffer on the output device, which the memory
+# plan prices (app.scheduler.memory.output_work)
+BACKEND_GREEDY_ON_GPU = True
+# "1" or "0": backend greedy on or off wherever the output layer is (a measurement's A/B)
 BACKEND_GREEDY_ENV = "FLASHDESK_BACKEND_GREEDY"
+
+
+def backend_greedy_on(output_on_gpu: bool) -> bool:
+    """Whether the target's greedy picks come from llama.cpp's backend sampler (the argmax in the graph,
+    no logits copied out), for an output layer on a GPU or on the CPU."""
+    forced = os.environ.get(BACKEND_GREEDY_ENV, "").strip()
+    if forced in ("0", "1"):
+        return forced == "1"
+    return BACKEND_GREEDY_ON_GPU if output_on_gpu else BACKEND_GREEDY_ON_CPU
 
 
 def backend_greedy_default(model: LlamaModel, placement: ModelPlacement | None) -> bool:
     """Where the output layer is on a GPU (llama.cpp offloads it when n_gpu_layers exceeds the
     layer count, or is -1) the argmax can run there and n x n_vocab logits stay off the PCIe bus."""
-    forced = os.environ.get(BACKEND_GREEDY_ENV, "").strip()
-    if forced in ("0", "1"):
-        return forced == "1"
     n_gpu = placement.n_gpu_layers if placement is not None else 0
-    on_gpu = n_gpu < 0 or n_gpu > model.n_layer
-    return BACKEND_GREEDY_ON_GPU if on_gpu else BACKEND_GREEDY_ON_CPU
+    return backend_greedy_on(n_gpu < 0 or n_gpu > model.n_layer)
 
 
 def max_draft(block_size: int | None) -> int:

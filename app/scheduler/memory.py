@@ -110,16 +110,19 @@ def _layer_work(p: ModelProfile, T: int) -> int:
     return (3 * p.n_ff + 2 * p.n_embd) * T * 4
 
 
-def output_work(p: ModelProfile, cs: ContextShape, n_vocab: int | None = None) -> int:
-    """Peak of the output stage: f32 logits for every output row."""
+def output_work(p: ModelProfile, cs: ContextShape, n_vocab: int | None = None, sampled: bool = False) -> int:
+    """Peak of the output stage: f32 logits for every output row; `sampled` (llama.cpp's backend
+    sampler attached: the argmax in the graph) keeps a second buffer of them (the RPC split's output
+    device: +537.9 MB with Gemma's 262,144 x 512 output rows x 4 bytes = 536.9 MB, stop 45)."""
     V = n_vocab if n_vocab is not None else p.n_vocab
-    return (V * cs.n_outputs + p.n_embd * cs.n_ubatch) * 4
+    return (V * cs.n_outputs * (2 if sampled else 1) + p.n_embd * cs.n_ubatch) * 4
 
 
 def device_compute(p: ModelProfile, cs: ContextShape, layers: list[int] | range, has_output: bool,
-                   copies: int = 1, n_vocab: int | None = None, n_taps: int = 0) -> int:
-    """Compute buffer of a GPU-like device holding `layers` (and the output layer); `n_taps`
-    hidden-state taps produced there are graph outputs, never reused by ggml-alloc."""
+                   copies: int = 1, n_vocab: int | None = None, n_taps: int = 0, sampled: bool = False) -> int:
+    """Compute buffer of a GPU-like device holding `layers` (and the output layer, with the backend
+    sampler if `sampled`); `n_taps` hidden-state taps produced there are graph outputs, never reused
+    by ggml-alloc."""
     if not layers and not has_output:
         return 0
     taps = n_taps * p.n_embd * cs.n_ubatch * 4
@@ -130,7 +133,7 @@ def device_compute(p: ModelProfile, cs: ContextShape, layers: list[int] | range,
     work = _layer_work(p, T) if layers else 0
     if copies > 1 and layers and not has_output:
         work += max(p.n_embd, p.q_dim) * T * 4  # the hand-off row kept for the next device
-    out = output_work(p, cs, n_vocab) if has_output else 0
+    out = output_work(p, cs, n_vocab, sampled) if has_output else 0
     if copies > 1:
         return copies * inputs + max(work, out) + taps
     # one copy: inputs are ordinary tensors, freed before the output stage

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.engine.dflash import drafter_context, max_draft
+from app.engine.dflash import backend_greedy_on, drafter_context, max_draft
 from app.scheduler import memory as mem
 from app.scheduler.advice import advise
 from app.scheduler.errors import PlanInputError
@@ -67,6 +67,8 @@ class _Planner:
             # a speculative step rolls back up to the longest draft's rejected tokens: one snapshot each
             # (the engine asks for as many; the lookup drafts without a drafter too)
             n_rs_seq = max_draft(drafter.block_size if drafter else None) if target.rs_rollback else 0
+        # the engine samples greedily in the graph where the output layer is on a GPU (Engine.backend_greedy)
+        self.sampled = backend_greedy_on(True)
         self.cs = mem.ContextShape.make(n_ctx, req.n_batch, req.n_ubatch or req.n_batch,
                                         type_k=req.kv_type, type_v=req.kv_type, n_rs_seq=n_rs_seq)
         for ly in target.layers:
@@ -139,7 +141,8 @@ class _Planner:
             rng = range(start, start + n)
             b = DeviceBytes(weights=sum(t.layers[i].weights for i in rng) + (t.output_bytes if out else 0),
                             kv=sum(mem.layer_cache_bytes(t, i, cs) for i in rng),
-                            compute=mem.device_compute(t, cs, rng, out, copies, n_taps=self.taps_in(rng)),
+                            compute=mem.device_compute(t, cs, rng, out, copies, n_taps=self.taps_in(rng),
+                                                       sampled=out and self.sampled),
                             margin=self.req.margin)
             if j == dj:
                 b.drafter_weights, b.drafter_kv, b.drafter_compute = self.drafter_bytes(True)
@@ -232,7 +235,8 @@ class _Planner:
         dj = self.drafter_index(gpus)
         for j, g in enumerate(gpus):
             out = j == len(gpus) - 1
-            fixed = self.req.margin + mem.device_compute(self.t, self.cs, rest, out, copies)
+            fixed = self.req.margin + mem.device_compute(self.t, self.cs, rest, out, copies,
+                                                         sampled=out and self.sampled)
             if out:
                 fixed += self.t.output_bytes
             if j == dj:
