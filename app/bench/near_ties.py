@@ -28,16 +28,18 @@ import numpy as np
 
 from app.bench.info import run_info
 from app.bench.verify_cost import STOCK_ENV
-from app.engine.llama_objects import ContextConfig, LlamaContext, LlamaModel, TokenBatch
+from app.engine.llama_objects import ContextConfig, LlamaContext, LlamaModel, ModelPlacement, TokenBatch
 from app.engine.lossless import NEAR_TIE_MARGIN
 
 QUANTILES = (0.5, 0.9, 0.99, 0.999, 1.0)
 
 
-def measure(target: Path, prompts: list[str], sizes: list[int], n_tokens: int, n_threads: int = 0) -> dict:
+def measure(target: Path, prompts: list[str], sizes: list[int], n_tokens: int, n_threads: int = 0,
+            n_gpu_layers: int = 0) -> dict:
     """{n: [(batch argmax logit - single logit of that token), max |row difference|, same argmax]...},
-    and the single-token top-1/top-2 gaps of every output position."""
-    model = LlamaModel(target)
+    and the single-token top-1/top-2 gaps of every output position (n_gpu_layers: llama.cpp's, 999 = all:
+    a GPU's batched and single-token kernels differ more than the CPU's)."""
+    model = LlamaModel(target, ModelPlacement(n_gpu_layers=n_gpu_layers))
     ctx = LlamaContext(model, ContextConfig(n_ctx=2048, n_batch=512, n_ubatch=512, n_threads=n_threads))
     batch = TokenBatch(512)
     per_n: dict[int, list[tuple[float, float, bool]]] = {n: [] for n in sizes}
@@ -104,13 +106,13 @@ def summarize(raw: dict) -> dict:
 
 
 def run(target: Path, prompts: list[str], sizes: list[int], n_tokens: int, compare_stock: bool,
-        n_threads: int = 0) -> dict:
+        n_threads: int = 0, n_gpu_layers: int = 0) -> dict:
     out: dict = {"run": run_info(n_threads), "target": str(target), "margin": NEAR_TIE_MARGIN, "sizes": sizes,
-                 "n_prompts": len(prompts), "n_tokens": n_tokens}
+                 "n_prompts": len(prompts), "n_tokens": n_tokens, "n_gpu_layers": n_gpu_layers}
     for kind in ["flashdesk"] + (["stock"] if compare_stock else []):
         env = os.environ | (STOCK_ENV if kind == "stock" else {})
         cmd = [sys.executable, "-m", "app.bench.near_ties", str(target), ",".join(map(str, sizes)), str(n_tokens),
-               str(n_threads)]
+               str(n_threads), str(n_gpu_layers)]
         res = subprocess.run(cmd, input=json.dumps(prompts), capture_output=True, text=True, env=env, timeout=3600)
         if res.returncode != 0:
             raise RuntimeError(f"near-ties child failed: {res.stderr[-1500:]}")
@@ -119,7 +121,7 @@ def run(target: Path, prompts: list[str], sizes: list[int], n_tokens: int, compa
     return out
 
 
-if __name__ == "__main__":  # one child: TARGET SIZES N_TOKENS THREADS, prompts as JSON on stdin -> raw JSON
+if __name__ == "__main__":  # one child: TARGET SIZES N_TOKENS THREADS [GPU_LAYERS], prompts as JSON on stdin
     t, sz, n_tok, threads = sys.argv[1:5]
     print(json.dumps(measure(Path(t), json.loads(sys.stdin.read()), [int(x) for x in sz.split(",")], int(n_tok),
-                             int(threads))))
+                             int(threads), int(sys.argv[5]) if len(sys.argv) > 5 else 0)))

@@ -74,6 +74,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     nt.add_argument("--tokens", type=int, default=128, help="greedy tokens per prompt (default 128)")
     nt.add_argument("--threads", type=int, default=0)
     nt.add_argument("--compare-stock", action="store_true", help="also with llama.cpp's stock CPU kernels")
+    nt.add_argument("--gpu", action="store_true", help="all layers on the GPU (a CUDA build: FLASHDESK_CUDA=1)")
     nt.add_argument("--json", help="also write the result to this file")
     nt.set_defaults(func=cmd_near_ties)
 
@@ -182,7 +183,7 @@ def cmd_near_ties(args: argparse.Namespace) -> int:
     else:
         texts = [r["prompt"] for r in prompt_sets.humaneval_prompts()[:args.limit]]
     out = near_ties.run(target, texts, [int(x) for x in args.sizes.split(",")], args.tokens, args.compare_stock,
-                        args.threads)
+                        args.threads, 999 if args.gpu else 0)
     return emit_result(out, args.json)
 
 
