@@ -7,7 +7,8 @@ Two sources, best first:
 - "catalog": the files are not here yet, so a small formula works from the
   catalog's published architecture numbers and file sizes: weights (file
   sizes) + f16 KV cache (sliding-window layers hold window + ubatch cells,
-  recurrent layers none) + the drafter's KV + logits buffers. It is an
+  recurrent layers none) + the drafter's KV + logits buffers (the target's
+  twice with the argmax on the GPU). It is an
   estimate; the entry's sizes may themselves be approximate.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from app.engine.dflash import backend_greedy_on
 from app.errors import ModelLoadError
 from app.hub.catalog import CatalogEntry
 from app.scheduler.errors import PlanInputError
@@ -72,8 +74,10 @@ def estimate_from_catalog(entry: CatalogEntry, n_ctx: int) -> VramEstimate:
     d_kv = d.n_layer * n_ctx * d.n_head_kv * d.head_dim * 2 * _F16
     weights = entry.target.size_bytes or 0
     d_weights = entry.drafter.size_bytes or 0
-    # f32 logits of a full batch on both contexts, plus the target's FFN activations
-    compute = (N_UBATCH * a.n_vocab + (3 * a.n_ff + 2 * a.n_embd) * N_UBATCH) * 4
+    # f32 logits of a full batch on both contexts (the target's twice where the argmax runs on the GPU:
+    # llama.cpp's backend sampler keeps a second buffer of them), plus the target's FFN activations
+    logit_buffers = 2 if backend_greedy_on(True) else 1
+    compute = (logit_buffers * N_UBATCH * a.n_vocab + (3 * a.n_ff + 2 * a.n_embd) * N_UBATCH) * 4
     d_compute = N_UBATCH_DRAFTER * a.n_vocab * 4
     drafter = d_weights + d_kv + d_compute
     approx = not (entry.target.size_verified and entry.drafter.size_verified)
