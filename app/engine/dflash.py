@@ -127,9 +127,11 @@ def backend_greedy_on(output_on_gpu: bool) -> bool:
 
 def backend_greedy_default(model: LlamaModel, placement: ModelPlacement | None) -> bool:
     """Where the output layer is on a GPU (llama.cpp offloads it when n_gpu_layers exceeds the
-    layer count, or is -1) the argmax can run there and n x n_vocab logits stay off the PCIe bus."""
+    layer count, or is -1, and the model has a device to offload to: a CPU-only build given
+    n_gpu_layers keeps everything on the CPU) the argmax can run there and n x n_vocab logits stay
+    off the PCIe bus."""
     n_gpu = placement.n_gpu_layers if placement is not None else 0
-    return backend_greedy_on(n_gpu < 0 or n_gpu > model.n_layer)
+    return backend_greedy_on((n_gpu < 0 or n_gpu > model.n_layer) and bool(model.device_names()))
 
 
 def max_draft(block_size: int | None) -> int:
