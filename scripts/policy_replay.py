@@ -36,21 +36,8 @@ from lookup_replay import bench_replies  # noqa: E402
 
 from app.engine.calibration import CostModel  # noqa: E402
 from app.engine.controller import DraftController  # noqa: E402
-from app.engine.draft_policy import LOOKUP, LOOKUP_K_MAX, PLAIN_STEP, Choice, StepInfo, StepTiming  # noqa: E402
+from app.engine.draft_policy import LOOKUP, LOOKUP_K_MAX, PLAIN_STEP, Choice, FixedDraftLength, StepInfo, StepTiming  # noqa: E402
 from app.engine.lookup import ContextLookup  # noqa: E402
-
-
-class FixedLookup:
-    """The fixed lookup: k drafts at every match (the bench's `lookup` mode)."""
-
-    def __init__(self, k: int):
-        self.k = k
-
-    def choose(self, step: StepInfo) -> Choice:
-        return Choice(LOOKUP, self.k) if step.lookup is not None and step.lookup.tokens else PLAIN_STEP
-
-    def observe(self, choice: Choice, accepted: int, timing: StepTiming) -> None:
-        pass
 
 
 def replay(policy, cost: CostModel, prompt: list[int], output: list[int], ends: list[list[int]],  # noqa: ANN001
@@ -109,7 +96,7 @@ def main() -> int:
     def cost() -> CostModel:
         return CostModel(**json.loads(json.dumps(cal)))  # each policy its own copy
 
-    policies = {"plain": FixedLookup(0), f"lookup-{args.fixed_k}": FixedLookup(args.fixed_k)}
+    policies = {"plain": FixedDraftLength(0), f"lookup-{args.fixed_k}": FixedDraftLength(args.fixed_k, LOOKUP)}
     for c in cautions:
         policies[f"controller-caution-{c:g}"] = DraftController(cost(), (LOOKUP,), refresh_costs=False, caution=c)
     totals: dict[str, dict[str, dict]] = defaultdict(lambda: defaultdict(lambda: defaultdict(float)))

@@ -14,16 +14,17 @@ sys.modules["policy_replay"] = policy_replay
 spec.loader.exec_module(policy_replay)
 
 from app.engine.calibration import CostModel  # noqa: E402
+from app.engine.draft_policy import LOOKUP, FixedDraftLength  # noqa: E402
 
 COST = CostModel(verify_s=[0.0, 0.010, 0.012, 0.014, 0.016, 0.018], draft_s=[0.0, 0.001], calib_ctx=6.0)
 
 
 def test_a_copied_reply_is_one_step_of_the_fixed_lookup_and_four_plain_ones() -> None:
     prompt, output = [5, 1, 2, 3, 9, 5], [1, 2, 3, 4]
-    fixed = policy_replay.replay(policy_replay.FixedLookup(3), COST, prompt, output, [], max_tokens=16)
+    fixed = policy_replay.replay(FixedDraftLength(3, LOOKUP), COST, prompt, output, [], max_tokens=16)
     assert (fixed["steps"], fixed["drafted"], fixed["accepted"], fixed["lookup_steps"]) == (1, 3, 3, 1)
     assert np.isclose(fixed["seconds"], COST.step_times(False, np.ones(4), 1, False, 5)[3])
-    plain = policy_replay.replay(policy_replay.FixedLookup(0), COST, prompt, output, [], max_tokens=16)
+    plain = policy_replay.replay(FixedDraftLength(0), COST, prompt, output, [], max_tokens=16)
     # a match at each of the first three steps (the last has no room to draft)
     assert (plain["steps"], plain["drafted"], plain["plain_with_match"]) == (4, 0, 3)
     assert plain["seconds"] > fixed["seconds"]
@@ -31,6 +32,6 @@ def test_a_copied_reply_is_one_step_of_the_fixed_lookup_and_four_plain_ones() ->
 
 def test_a_rejected_draft_costs_its_verify_and_emits_one_token() -> None:
     prompt, output = [5, 1, 2, 3, 9, 5], [7, 8]
-    r = policy_replay.replay(policy_replay.FixedLookup(3), COST, prompt, output, [], max_tokens=16)
+    r = policy_replay.replay(FixedDraftLength(3, LOOKUP), COST, prompt, output, [], max_tokens=16)
     # the first step drafts 1 (the room: the reply ends after 2 tokens), rejected; the second has no room
     assert (r["steps"], r["drafted"], r["accepted"]) == (2, 1, 0)
