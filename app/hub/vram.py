@@ -22,6 +22,7 @@ from app.errors import ModelLoadError
 from app.hub.catalog import CatalogEntry
 from app.scheduler.errors import PlanInputError
 from app.scheduler.inventory import HostSpec, Inventory, parse_gpu_spec
+from app.scheduler.memory import logit_buffers
 from app.scheduler.plan import PlanRequest
 from app.scheduler.planner import plan_split
 
@@ -76,8 +77,8 @@ def estimate_from_catalog(entry: CatalogEntry, n_ctx: int) -> VramEstimate:
     d_weights = entry.drafter.size_bytes or 0
     # f32 logits of a full batch on both contexts (the target's twice where the argmax runs on the GPU:
     # llama.cpp's backend sampler keeps a second buffer of them), plus the target's FFN activations
-    logit_buffers = 2 if backend_greedy_on(True) else 1
-    compute = (logit_buffers * N_UBATCH * a.n_vocab + (3 * a.n_ff + 2 * a.n_embd) * N_UBATCH) * 4
+    logits = logit_buffers(backend_greedy_on(True)) * N_UBATCH * a.n_vocab
+    compute = (logits + (3 * a.n_ff + 2 * a.n_embd) * N_UBATCH) * 4
     d_compute = N_UBATCH_DRAFTER * a.n_vocab * 4
     drafter = d_weights + d_kv + d_compute
     approx = not (entry.target.size_verified and entry.drafter.size_verified)

@@ -110,12 +110,17 @@ def _layer_work(p: ModelProfile, T: int) -> int:
     return (3 * p.n_ff + 2 * p.n_embd) * T * 4
 
 
+def logit_buffers(sampled: bool) -> int:
+    """How many f32 logits buffers of the reserve graph's output rows the output device holds: llama.cpp's
+    backend sampler attached (`sampled`: the argmax in the graph) keeps a second one (the RPC split's
+    output device: +537.9 MB with Gemma's 262,144 x 512 output rows x 4 bytes = 536.9 MB, stop 45)."""
+    return 2 if sampled else 1
+
+
 def output_work(p: ModelProfile, cs: ContextShape, n_vocab: int | None = None, sampled: bool = False) -> int:
-    """Peak of the output stage: f32 logits for every output row; `sampled` (llama.cpp's backend
-    sampler attached: the argmax in the graph) keeps a second buffer of them (the RPC split's output
-    device: +537.9 MB with Gemma's 262,144 x 512 output rows x 4 bytes = 536.9 MB, stop 45)."""
+    """Peak of the output stage: f32 logits for every output row (logit_buffers of them)."""
     V = n_vocab if n_vocab is not None else p.n_vocab
-    return (V * cs.n_outputs * (2 if sampled else 1) + p.n_embd * cs.n_ubatch) * 4
+    return (V * cs.n_outputs * logit_buffers(sampled) + p.n_embd * cs.n_ubatch) * 4
 
 
 def device_compute(p: ModelProfile, cs: ContextShape, layers: list[int] | range, has_output: bool,
