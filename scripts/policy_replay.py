@@ -9,9 +9,13 @@ the context lookup is asked for a match as the engine asks (app.engine.lookup th
 scripts/lookup_replay.bench_replies' rebuilt prompts), the policy chooses a draft, the draft's
 tokens that equal plain decoding's pass, and the step is priced by the run's calibration
 (CostModel.step_times at the step's context, with its graph switches). The policies: plain, the
-fixed lookup (k = --fixed-k at every match: `bench --mode lookup`), and the controller over the
+fixed lookup (k = --fixed-k at every match: `bench --mode lookup`), the controller over the
 lookup alone (DraftController, costs not refreshed) at each --caution; one controller per policy
-for all the replies in the run's order, as one bench mode keeps its controller. DFlash is left
+for all the replies in the run's order, as one bench mode keeps its controller; and the oracle:
+the fastest sequence of lookup drafts for the reply, knowing what plain decoding emits (a dynamic
+programme over the reply's positions and the last step's size), the bound no lookup policy can
+pass on this clock. Each category gives the speedup over its summed seconds and the median of its
+replies' speedups (the bench's measure). DFlash is left
 out: over documents it drafts a few steps in a hundred (docs/bench/docs-ab-s44-after-cpu.json), and
 its acceptance cannot be replayed without the drafter. The result is a prediction: what the cost
 model says each policy's choices cost, not a timing; it ranks policies on the same replies without
@@ -76,6 +80,58 @@ def replay(policy, cost: CostModel, prompt: list[int], output: list[int], ends: 
     return out
 
 
+def lookup_matches(prompt: list[int], output: list[int], ends: list[list[int]], max_tokens: int) -> list:
+    """The lookup's match at every position of the reply (None where it has none or there is no room): the
+    lookup's state at a position depends only on the tokens before it, whatever steps emitted them."""
+    lk = ContextLookup()
+    lk.set_history(prompt)
+    lk.reply_ends = ends
+    out = []
+    for i, tok in enumerate(output):
+        room = min(max_tokens - i, len(output) - i) - 1
+        out.append(lk.find(min(LOOKUP_K_MAX, room)) if room > 0 else None)
+        lk.append([tok])
+    return out
+
+
+def oracle(cost: CostModel, prompt: list[int], output: list[int], ends: list[list[int]], max_tokens: int) -> dict:
+    """The reply's fastest decode by lookup drafts on `cost`'s clock, knowing the output: best[i][last] is
+    the least time from position i after a step of size `last` (the graph switch is priced)."""
+    matches = lookup_matches(prompt, output, ends, max_tokens)
+    n, top = len(output), LOOKUP_K_MAX + 1
+    best = np.zeros((n + 1, top + 1))
+    pick = np.zeros((n + 1, top + 1), dtype=int)
+    for i in range(n - 1, -1, -1):
+        m = matches[i]
+        drafts = list(m.tokens) if m is not None else []
+        passed = 0
+        while passed < len(drafts) and drafts[passed] == output[i + passed]:
+            passed += 1
+        ks = np.arange(len(drafts) + 1)
+        nxt = i + np.minimum(ks, passed) + 1
+        for last in range(1, top + 1):
+            t = cost.step_times(False, np.ones(len(ks)), last, False, len(prompt) - 1 + i)
+            total = t + best[nxt, ks + 1]
+            pick[i, last] = int(np.argmin(total))
+            best[i, last] = total[pick[i, last]]
+    out = {"steps": 0, "drafted": 0, "accepted": 0, "seconds": float(best[0, 1]), "plain_with_match": 0,
+           "lookup_steps": 0, "lookup_seconds": 0.0}
+    i, last = 0, 1
+    while i < n:
+        k = int(pick[i, last])
+        m = matches[i]
+        acc = 0
+        while acc < k and m.tokens[acc] == output[i + acc]:
+            acc += 1
+        out["steps"] += 1
+        out["drafted"] += k
+        out["accepted"] += acc
+        out["lookup_steps"] += int(k > 0)
+        out["plain_with_match"] += int(k == 0 and m is not None)
+        i, last = i + acc + 1, k + 1
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bench", required=True, help="a `flashdesk bench --json` file (its plain outputs, calibration)")
@@ -100,20 +156,25 @@ def main() -> int:
     for c in cautions:
         policies[f"controller-caution-{c:g}"] = DraftController(cost(), (LOOKUP,), refresh_costs=False, caution=c)
     totals: dict[str, dict[str, dict]] = defaultdict(lambda: defaultdict(lambda: defaultdict(float)))
+    ratios: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))  # per reply: plain s / s
     left_out: list[str] = []
     for row, tokens, output, _stop, ends in bench_replies(bench, args.sets.split(","), args.ctx, left_out):
         if wanted and row["category"] not in wanted:
             continue
-        for name, policy in policies.items():
-            r = replay(policy, cost(), tokens, output, ends, bench["max_tokens"])
+        runs = {name: replay(policy, cost(), tokens, output, ends, bench["max_tokens"])
+                for name, policy in policies.items()}
+        runs["oracle"] = oracle(cost(), tokens, output, ends, bench["max_tokens"])
+        for name, r in runs.items():
             for key, v in r.items():
                 totals[row["category"]][name][key] += v
             totals[row["category"]][name]["replies"] += 1
+            ratios[row["category"]][name].append(runs["plain"]["seconds"] / r["seconds"])
     table = {}
     for cat, by_policy in sorted(totals.items()):
         plain_s = by_policy["plain"]["seconds"]
         table[cat] = {name: {k: (round(v, 4) if k.endswith("seconds") else int(v)) for k, v in r.items()}
                       | {"speedup": round(plain_s / r["seconds"], 3),
+                         "median_speedup": round(float(np.median(ratios[cat][name])), 3),
                          "tau": round((r["accepted"] + r["steps"]) / max(r["steps"], 1), 3)}
                       for name, r in by_policy.items()}
     print(json.dumps({"run": run_info(1), "bench": {"file": args.bench, "git_commit": bench["run"]["git_commit"]},

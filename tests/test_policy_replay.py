@@ -35,3 +35,19 @@ def test_a_rejected_draft_costs_its_verify_and_emits_one_token() -> None:
     r = policy_replay.replay(FixedDraftLength(3, LOOKUP), COST, prompt, output, [], max_tokens=16)
     # the first step drafts 1 (the room: the reply ends after 2 tokens), rejected; the second has no room
     assert (r["steps"], r["drafted"], r["accepted"]) == (2, 1, 0)
+
+
+def test_the_oracle_is_never_slower_than_a_policy_and_equals_plain_where_no_draft_passes() -> None:
+    prompt, output = [5, 1, 2, 3, 9, 5], [1, 2, 3, 4, 7, 1, 2, 6]
+    oracle = policy_replay.oracle(COST, prompt, output, [], max_tokens=16)
+    for k in (0, 1, 2, 3):
+        r = policy_replay.replay(FixedDraftLength(k, LOOKUP), COST, prompt, output, [], max_tokens=16)
+        assert oracle["seconds"] <= r["seconds"] + 1e-12
+    # the copy [1, 2, 3] passes whole at the first step: the oracle takes it
+    assert oracle["accepted"] >= 3 and oracle["seconds"] < policy_replay.replay(
+        FixedDraftLength(0), COST, prompt, output, [], max_tokens=16)["seconds"]
+    # nothing ever passes: the oracle drafts nothing and costs what plain costs
+    wrong = [11, 12, 13, 14]  # the match after the prompt's 5 (7) fails, then none
+    o = policy_replay.oracle(COST, [5, 7, 9, 7, 3, 5], wrong, [], max_tokens=16)
+    p = policy_replay.replay(FixedDraftLength(0), COST, [5, 7, 9, 7, 3, 5], wrong, [], max_tokens=16)
+    assert o["drafted"] == 0 and np.isclose(o["seconds"], p["seconds"])
