@@ -28,7 +28,7 @@ import numpy as np
 
 from app.distill.corpus import CorpusPrompt
 from app.distill.shards import ShardWriter, add_seconds, data_meta, to_bf16, topk_rows
-from app.engine.llama_objects import ContextConfig, LlamaContext, LlamaModel, TokenBatch
+from app.engine.llama_objects import ContextConfig, LlamaContext, LlamaModel, ModelPlacement, TokenBatch
 from app.engine.params import GenerationParams
 from app.engine.sampling import TokenSampler
 
@@ -71,11 +71,13 @@ class _Slot:
 
 
 def generate_dataset(target: Path, prompts: list[CorpusPrompt], out_dir: Path, cfg: GenConfig,
-                     progress: Callable[[str], None] | None = None, stop_after_s: float | None = None) -> dict:
+                     progress: Callable[[str], None] | None = None, stop_after_s: float | None = None,
+                     placement: ModelPlacement | None = None) -> dict:
     """Decode every prompt not yet in out_dir; returns counts and throughput. With `stop_after_s`,
     no sequence starts after that many seconds and the run ends when the running ones finish (a
-    chunk: the next run resumes where it stopped)."""
-    model = LlamaModel(target)
+    chunk: the next run resumes where it stopped). `placement`: where the target's layers go (the
+    GPU's: app.distill.pipeline --gpu; default the CPU)."""
+    model = LlamaModel(target, placement)
     writer = ShardWriter(out_dir, data_meta(target, cfg.tap_layers, model.n_embd, model.n_vocab, cfg.top_k_store),
                          cfg.shard_size)
     done = writer.done_ids()
@@ -216,6 +218,8 @@ def generate_dataset(target: Path, prompts: list[CorpusPrompt], out_dir: Path, c
             progress(f"{n_seq} sequences ({len(todo) - len(queue)}/{len(todo)} prompts), {n_tok} response tokens, "
                      f"{rate:.1f} tok/s, ~{left / 60:.0f} min left")
     writer.flush()
+    # where the weights were (llama.cpp's buffers: "CPU", "CUDA0", ...): what a --gpu run really used
+    weights = {name: model_b for name, model_b, _, _ in ctx.memory_breakdown() if model_b > 0}
     ctx.close()
     model.close()
     dt = time.time() - t0
@@ -224,4 +228,5 @@ def generate_dataset(target: Path, prompts: list[CorpusPrompt], out_dir: Path, c
     return {"sequences": n_seq, "further_replies": n_further, "further_replies_copied": n_copied,
             "response_tokens": n_tok, "prompt_tokens_decoded": n_prompt_fed,
             "decode_steps": n_steps, "seconds": round(dt, 1), "decode_seconds": round(t_decode, 1),
-            "tokens_per_s": round(n_tok / dt, 1) if dt else 0.0, "prompts_left": len(queue)}
+            "tokens_per_s": round(n_tok / dt, 1) if dt else 0.0, "prompts_left": len(queue),
+            "weight_bytes_by_buffer": weights}

@@ -36,7 +36,9 @@ from app.distill.offline_text import load_documents, offline_documents, save_doc
 from app.distill.target_weights import TargetWeights
 from app.distill.teacher_forced import LabelConfig, label_text
 from app.distill.train import TrainConfig, bf16_is_fast, build_drafter, grow_layers, train
+from app.engine.llama_objects import ModelPlacement
 from gguf_tools.reader import read_gguf
+from native.ggml_devices import list_devices
 
 
 def default_taps(n_layer: int, n: int = 5) -> list[int]:
@@ -49,13 +51,27 @@ def default_drafter_layers(n_params: float) -> int:
     return 1 if n_params < 1e9 else 2 if n_params < 4e9 else 5
 
 
+def gpu_placement() -> ModelPlacement:
+    """Every layer of the target on the build's GPUs (llama.cpp spreads them by free memory), or a
+    RuntimeError saying there is none: a CPU build ignores a GPU placement, and a run that silently
+    decoded on the CPU would take hours where the user planned minutes."""
+    gpus = [d for d in list_devices() if d.type in ("gpu", "igpu")]
+    if not gpus:
+        raise RuntimeError("--gpu: this build of llama.cpp sees no GPU (the CUDA build: FLASHDESK_CUDA=1 make setup)")
+    return ModelPlacement(n_gpu_layers=999)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="flashdesk distill", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", required=True)
     ap.add_argument("--out", help="drafter GGUF to write (train, export, all)")
     ap.add_argument("--work", help="working folder (default: ~/.cache/flashdesk/distill/<target name>)")
-    ap.add_argument("--device", default="cpu", help="torch device for training: cpu or cuda")
+    ap.add_argument("--device", default=None, help="torch device for training: cpu or cuda (default: cuda with --gpu)")
+    ap.add_argument("--gpu", action="store_true",
+                    help="generate and label with every target layer on the GPU (a CUDA build: FLASHDESK_CUDA=1), "
+                         "train on cuda; raise --parallel there (64: a GPU verifies a batch of 64 rows at about the "
+                         "cost of one)")
     ap.add_argument("--prompts", type=int, default=3400,
                     help="corpus size (code + chat + document questions); made once per work folder")
     ap.add_argument("--code-share", type=float, default=0.5, help="share of code prompts in the corpus")
@@ -109,6 +125,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="what training reads: generated, text, or generated,text (the folders present)")
     ap.add_argument("--dtype", default="f16", choices=["f16", "f32"])
     args = ap.parse_args(argv)
+    args.device = args.device or ("cuda" if args.gpu else "cpu")
+    try:
+        placement = gpu_placement() if args.gpu else None
+    except RuntimeError as e:
+        ap.error(str(e))
 
     target = Path(args.target).expanduser()
     info = read_gguf(target)
@@ -159,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
         res = generate_dataset(target, corpus, data_dir, GenConfig(
             tap_layers=gen_taps, n_parallel=args.parallel, max_new_tokens=args.max_new_tokens,
             replies=args.replies), progress=say,
-            stop_after_s=chunk_s)
+            stop_after_s=chunk_s, placement=placement)
+        res["gpu"] = args.gpu
         say(f"generation: {json.dumps(res)}")
         _write_result(args.json, "generate", res)
         if args.stage == "generate":
@@ -174,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
             save_documents(docs, docs_file)
         say(f"offline text: {len(docs)} documents (Python sources, Debian documentation, man pages)")
         res = label_text(target, docs, text_dir, LabelConfig(tap_layers=gen_taps), progress=say,
-                         stop_after_s=chunk_s)
+                         stop_after_s=chunk_s, placement=placement)
+        res["gpu"] = args.gpu
         say(f"labelling: {json.dumps(res)}")
         _write_result(args.json, "label", res)
         return 0

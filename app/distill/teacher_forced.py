@@ -27,7 +27,7 @@ from app.distill.corpus import HumanEvalGuard
 from app.distill.dataset import TEXT_KINDS
 from app.distill.offline_text import OfflineDocument, read_document
 from app.distill.shards import ShardWriter, add_seconds, data_meta, to_bf16, topk_rows
-from app.engine.llama_objects import ContextConfig, LlamaContext, LlamaModel, TokenBatch
+from app.engine.llama_objects import ContextConfig, LlamaContext, LlamaModel, ModelPlacement, TokenBatch
 
 
 @dataclass
@@ -42,9 +42,10 @@ class LabelConfig:
 
 def label_text(target: Path, docs: list[OfflineDocument], out_dir: Path, cfg: LabelConfig,
                progress: Callable[[str], None] | None = None, stop_after_s: float | None = None,
-               guard: HumanEvalGuard | None = None) -> dict:
-    """Label the documents not yet done in out_dir; returns counts and throughput."""
-    model = LlamaModel(target)
+               guard: HumanEvalGuard | None = None, placement: ModelPlacement | None = None) -> dict:
+    """Label the documents not yet done in out_dir; returns counts and throughput (`placement`: as
+    generate_dataset's)."""
+    model = LlamaModel(target, placement)
     writer = ShardWriter(out_dir, data_meta(target, cfg.tap_layers, model.n_embd, model.n_vocab, cfg.top_k_store),
                          cfg.shard_size)
     meta_file = out_dir / "meta.json"
