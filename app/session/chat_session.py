@@ -25,6 +25,7 @@ from app.engine.stats import GenerationStats
 from app.session.baseline import BASELINE_REQUEST, Baseline, measure_baseline
 from app.session.conversation_ops import ConversationError
 from app.session.documents import ChatDocuments
+from app.session.draft_sources import source_labels
 from app.session.settings import ChatSettings
 from app.session.summary import RateSeries, ReplySummary, RunningTotals, summarize
 from app.store import Store
@@ -68,6 +69,7 @@ class ChatSession:
         self._controller: DraftController | None = None  # draft length "auto": made on first use
         names = [Path(engine.target.path).name] + ([Path(engine.drafter.path).name] if engine.drafter else [])
         self.model_label = " + ".join(names)
+        self.source_labels = source_labels(engine)  # the stats panel's names for this load's sources
 
     def close(self) -> None:
         """Close the documents index (the engine and the store belong to the caller)."""
@@ -149,7 +151,7 @@ class ChatSession:
                 content += ev.text
                 st = ev.stats
                 series.add(st.t_decode_s, st.n_generated)
-                summ = summarize(st, before, base_tps, base_src)
+                summ = summarize(st, before, base_tps, base_src, self.source_labels)
                 status = STATUS_STREAMING
                 if ev.finish_reason is not None:
                     status = STATUS_STOPPED if ev.finish_reason == FINISH_CANCELLED else STATUS_DONE

@@ -18,6 +18,21 @@ from gguf_tools.formats import DFLASH2, DSPARK, draft_format
 from gguf_tools.formats import MTP as MTP_FORMAT
 from gguf_tools.reader import read_gguf
 
+# what the dflash source is, by the drafter's format (Engine.drafter_format): it runs DFlash v1, DFlash2 and DSpark
+DFLASH_KINDS = {DFLASH2: "DFlash2 drafter", DSPARK: "DSpark drafter"}
+_DFLASH_HOW = {DFLASH2: " (its selector's walk)", DSPARK: " (its Markov head)"}
+
+
+def dflash_kind(engine: Engine) -> str:
+    """The loaded drafter's kind as the user knows it: "DFlash drafter", "DFlash2 drafter", "DSpark drafter"."""
+    return DFLASH_KINDS.get(engine.drafter_format, "DFlash drafter")
+
+
+def source_labels(engine: Engine) -> dict[str, str]:
+    """Names for the sources whose name depends on the loaded files (the stats panel shows them; the
+    session stores them with each reply's summary): the dflash source by its drafter's format."""
+    return {DFLASH: dflash_kind(engine)} if DFLASH in engine.sources else {}
+
 
 def draft_source_lines(engine: Engine, spec: ModelSpec) -> tuple[str, ...]:
     """What drafts for this load and why, one line each: the sources in the engine's registry and the
@@ -28,8 +43,7 @@ def draft_source_lines(engine: Engine, spec: ModelSpec) -> tuple[str, ...]:
     names = [n for n in engine.sources if n != LOOKUP]
     for name in names:
         if name == DFLASH:
-            kind = {DFLASH2: "DFlash2 drafter (its selector's walk)", DSPARK: "DSpark drafter (its Markov head)"
-                    }.get(engine.drafter_format, "DFlash drafter")
+            kind = dflash_kind(engine) + _DFLASH_HOW.get(engine.drafter_format, "")
             lines.append(f"{kind} {Path(spec.drafter or '').name} in use: blocks of {engine.block_size} "
                          f"(up to {engine.block_size - 1} drafts a step), fed the target's hidden states")
         elif name == DRAFT_MODEL:

@@ -35,6 +35,9 @@ class ReplySummary:
     accepted_by_source: dict[str, int] = field(default_factory=dict)
     tau_by_source: dict[str, float] = field(default_factory=dict)
     token_share: dict[str, float] = field(default_factory=dict)
+    # what a source is called where the loaded files decide it (draft_sources.source_labels): the dflash source
+    # running a DFlash2 drafter is "DFlash2 drafter"; stored with the reply, so a reply read later keeps its name
+    source_labels: dict[str, str] = field(default_factory=dict)
 
     @property
     def sources_used(self) -> list[str]:
@@ -66,7 +69,7 @@ class RunningTotals:
 
 
 def summarize(st: GenerationStats, before: RunningTotals, baseline_tps: float | None,
-              baseline_source: str = "") -> ReplySummary:
+              baseline_source: str = "", source_labels: dict[str, str] | None = None) -> ReplySummary:
     """The reply's numbers and the running ones (previous replies + this one)."""
     tot = RunningTotals(before.tokens, before.steps, before.generated, before.decode_s)
     tot.add(st)
@@ -83,7 +86,7 @@ def summarize(st: GenerationStats, before: RunningTotals, baseline_tps: float | 
         drafted=st.drafted, accepted=st.accepted, n_generated=st.n_generated,
         acceptance_by_pos=list(st.acceptance_rate_by_pos), drafts_by_pos=list(st.draft_by_pos),
         drafted_by_source=dict(st.drafted_by_source), accepted_by_source=dict(st.accepted_by_source),
-        tau_by_source=st.tau_by_source, token_share=st.token_share)
+        tau_by_source=st.tau_by_source, token_share=st.token_share, source_labels=dict(source_labels or {}))
 
 
 class RateSeries:

@@ -12,9 +12,9 @@ GRID = QColor("#d0d4da")
 MUTED = QColor("#8a9099")
 SPLIT_COLOURS = {"draft": QColor("#e0a526"), "verify": QColor("#3d7bd9"), "inject": QColor("#8e5bd6"),
                  "other": QColor("#a0a6ad")}
-# who produced the reply's tokens: the target itself (one per step), the context lookup, the drafter
+# who produced the reply's tokens: the target itself (one per step) and each draft source (one colour each)
 SOURCE_COLOURS = {"target": QColor("#3d7bd9"), "lookup": QColor("#2e9e5b"), "dflash": QColor("#e0a526"),
-                  "draft-model": QColor("#9b59b6"), "mtp": QColor("#d9534f")}
+                  "draft-model": QColor("#9b59b6"), "mtp": QColor("#d9534f"), "eagle3": QColor("#8c564b")}
 
 
 class _Chart(QWidget):

@@ -56,7 +56,8 @@ def message_stats_line(record: dict | None) -> str:
         parts.append(f"{s.speedup:.2f}× vs measured plain")
     if s.drafted:
         parts.append(f"{s.accepted}/{s.drafted} drafts accepted")
-    used = {"lookup": "lookup", "dflash": "DFlash", "draft-model": "draft model", "mtp": "MTP head"}
+    used = {"lookup": "lookup", "dflash": "DFlash", "draft-model": "draft model", "mtp": "MTP head",
+            "eagle3": "EAGLE-3"}
     if s.sources_used:
         parts.append("drafted by " + " + ".join(used.get(x, x) for x in s.sources_used))
     return " · ".join(parts)

@@ -8,8 +8,10 @@ from app.session.baseline import Baseline
 from app.session.summary import ReplySummary
 from app.ui.charts import SOURCE_COLOURS, SPLIT_COLOURS, AcceptanceChart, Sparkline, StackedBar
 
+# every draft source of app.engine.draft_policy.SOURCES ("plain" is the target's own token); a reply's summary
+# may name one by its loaded file (ReplySummary.source_labels: the dflash source running a DFlash2 drafter)
 SOURCE_NAMES = {"target": "target", "lookup": "context lookup", "dflash": "DFlash drafter",
-                "draft-model": "draft model", "mtp": "target's MTP head"}
+                "draft-model": "draft model", "mtp": "target's MTP head", "eagle3": "EAGLE-3 drafter"}
 
 
 def _fmt_speedup(x: float | None) -> str:
@@ -28,7 +30,8 @@ def source_rows(s: ReplySummary) -> str:
     rows = []
     for name in ["target", *s.sources_used]:
         colour = SOURCE_COLOURS.get(name, SOURCE_COLOURS["target"]).name()
-        row = (f'<span style="color:{colour};">■</span> {SOURCE_NAMES.get(name, name)} '
+        label = s.source_labels.get(name) or SOURCE_NAMES.get(name, name)
+        row = (f'<span style="color:{colour};">■</span> {label} '
                f"{s.token_share.get(name, 0.0):.0%} of tokens")
         drafted = s.drafted_by_source.get(name, 0)
         if drafted:

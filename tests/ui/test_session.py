@@ -152,6 +152,37 @@ def test_rate_series_keeps_the_whole_reply_in_bounded_points():
     assert len(r.points) <= 50 and r.points[-1] == pytest.approx(100.0)
 
 
+@pytest.mark.parametrize("fmt,kind", [(None, "DFlash drafter"), ("dflash2", "DFlash2 drafter"),
+                                      ("dspark", "DSpark drafter")])
+def test_the_stats_panel_names_the_drafter_the_dflash_source_runs(qtbot, tiny_chat_pair, tmp_path: Path,  # noqa: ANN001
+                                                                 fmt: str | None, kind: str):
+    """The dflash source runs DFlash v1, DFlash2 and DSpark drafters: each reply's summary names the
+    loaded one (the words of the Model panel's line), and the stats panel shows that name."""
+    from app.ui.stats_panel import StatsPanel
+    from gguf_tools.synth import DFlash2Shape, DSparkShape, write_drafter
+
+    target = tiny_chat_pair[0]
+    drafter = tiny_chat_pair[1] if fmt is None else write_drafter(
+        tmp_path / f"tiny-{fmt}.gguf", target, n_layer=2, target_layers=[1, 3], block_size=8,
+        dflash2=DFlash2Shape() if fmt == "dflash2" else None, dspark=DSparkShape() if fmt == "dspark" else None)
+    engine = load_engine(ModelSpec(str(target), str(drafter), n_ctx=512, n_threads=1))
+    store = Store(tmp_path / "fd.sqlite3")
+    try:
+        s = ChatSession(engine, store)
+        c = store.create_conversation()
+        send_user_message(store, c.id, "hello there")
+        *_, last = s.reply(c.id, ChatSettings(max_tokens=12, draft_length=3))  # DFlash's block every step
+        assert last.summary.drafted_by_source.get("dflash") and last.summary.source_labels == {"dflash": kind}
+        assert store.message(last.message_id).stats["summary"]["source_labels"] == {"dflash": kind}
+        panel = StatsPanel()
+        qtbot.addWidget(panel)
+        panel.show_record(store.message(last.message_id).stats, "Finished")
+        assert panel.source_label.text().split("<br>")[1].split("</span> ")[1].startswith(f"{kind} ")
+    finally:
+        store.close()
+        engine.close()
+
+
 def test_drafted_chars_count_the_accepted_draft_tokens(session: ChatSession):
     toks = session.engine.tokenize("the cat", add_special=False)
     text = session.engine.detokenize(toks)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from PySide6.QtGui import QColor, QImage
 
+from app.engine.draft_policy import PLAIN, SOURCES
 from app.session.baseline import Baseline
 from app.session.summary import ReplySummary
-from app.ui.charts import BAR, AcceptanceChart, Sparkline
+from app.ui.charts import BAR, SOURCE_COLOURS, AcceptanceChart, Sparkline
 from app.ui.chat_view import message_stats_line
 from app.ui.markdown_view import render_drafted, render_markdown
-from app.ui.stats_panel import StatsPanel
+from app.ui.stats_panel import SOURCE_NAMES, StatsPanel
 
 
 def test_markdown_escapes_html_and_highlights_code_with_a_copy_link():
@@ -102,6 +103,32 @@ def test_stats_panel_shows_the_numbers_it_is_given(qtbot):
     assert "context lookup 24% of tokens · 24/30 drafts accepted (80%) · τ 4.00" in rows[1]
     assert "DFlash drafter 36% of tokens · 36/70 drafts accepted (51%) · τ 2.20" in rows[2]
     assert "drafted by lookup + DFlash" in message_stats_line({"summary": s.to_dict()})
+
+
+def test_every_draft_source_has_its_name_and_its_own_colour(qtbot):
+    """Each source the engine can draft from (draft_policy.SOURCES) is named in the stats panel and drawn
+    in a colour of its own; a summary that names a source by its file (a DFlash2 drafter) is shown so."""
+    drafting = [s for s in SOURCES if s != PLAIN]  # plain decoding's token is the target's row
+    assert not set(drafting) - set(SOURCE_NAMES) and not set(drafting) - set(SOURCE_COLOURS)
+    colours = [SOURCE_COLOURS[s].name() for s in ["target", *drafting]]
+    assert len(set(colours)) == len(colours)
+    p = StatsPanel()
+    qtbot.addWidget(p)
+    s = ReplySummary(tau=2.0, drafted=12, accepted=8, n_generated=20, drafted_by_source={"eagle3": 6, "dflash": 6},
+                     accepted_by_source={"eagle3": 4, "dflash": 4}, tau_by_source={"eagle3": 3.0, "dflash": 3.0},
+                     token_share={"target": 0.6, "dflash": 0.2, "eagle3": 0.2},
+                     source_labels={"dflash": "DFlash2 drafter"})
+    p.show_summary(s, [], "Finished")
+    rows = p.source_label.text().split("<br>")
+    assert "DFlash2 drafter 20% of tokens · 4/6 drafts accepted (67%)" in rows[1]
+    assert f'color:{SOURCE_COLOURS["eagle3"].name()};' in rows[2]
+    assert "EAGLE-3 drafter 20% of tokens · 4/6 drafts accepted (67%) · τ 3.00" in rows[2]
+    assert "drafted by DFlash + EAGLE-3" in message_stats_line({"summary": s.to_dict()})
+    # a reply stored before summaries named their sources reads with the panel's own names
+    old = s.to_dict()
+    del old["source_labels"]
+    p.show_record({"summary": old}, "Finished")
+    assert "DFlash drafter 20% of tokens" in p.source_label.text().split("<br>")[1]
 
 
 def test_input_box_enter_sends_and_shift_enter_adds_a_line(qtbot):
