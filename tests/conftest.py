@@ -70,6 +70,32 @@ def tiny_dspark_pair(tiny_pair: tuple[Path, Path]) -> tuple[Path, Path]:
 
 
 @pytest.fixture(scope="session")
+def tiny_mtp_target(tiny_dir: Path) -> Path:
+    """The tiny Qwen3.5-shaped target carrying one MTP head (`gguf_tools synth --mtp 1`): the `mtp` source."""
+    from gguf_tools.synth import write_tiny_target
+
+    return write_tiny_target(tiny_dir / "tiny-qwen35-mtp.gguf", "qwen35", mtp_layers=1)
+
+
+@pytest.fixture(scope="session")
+def tiny_eagle3_pair(tiny_pair: tuple[Path, Path]) -> tuple[Path, Path]:
+    """The tiny qwen3 target and a random EAGLE-3 drafter for it (gguf_tools.synth.write_eagle3)."""
+    from gguf_tools.synth import write_eagle3
+
+    target = tiny_pair[0]
+    return target, write_eagle3(target.parent / "tiny-eagle3.gguf", target)
+
+
+@pytest.fixture(scope="session")
+def tiny_draft_model(tiny_pair: tuple[Path, Path]) -> Path:
+    """Another random qwen3 model with the tiny vocabulary (seed 1): a classic draft model for the tiny
+    target, and a poor one (its drafts pass now and then)."""
+    from gguf_tools.synth import write_tiny_target
+
+    return write_tiny_target(tiny_pair[0].parent / "tiny-qwen3-other.gguf", "qwen3", seed=1)
+
+
+@pytest.fixture(scope="session")
 def gemma_target() -> Path:
     from app.bundled import default_target
 

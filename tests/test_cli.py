@@ -48,6 +48,44 @@ def test_generate_with_each_dflash_format_is_plain_decoding(pair: str, request: 
             assert out["stats"]["drafted"] > 0
 
 
+def test_no_mtp_leaves_the_targets_head_unused(tiny_mtp_target: Path, tmp_path: Path,
+                                               capsys: pytest.CaptureFixture) -> None:
+    """--no-mtp (generate, bench, serve: every command that opens the pair): the target loads without its
+    head, so the mtp mode drafts nothing and decodes plain; without it the head drafts."""
+    from app.cli import build_parser
+    from app.cli.common import open_engine
+    from app.cli.serve import cmd_serve
+
+    model = ["--target", str(tiny_mtp_target), "--no-drafter", "--threads", "1"]
+    gen = ["generate", *model, "--prompt", "the cat sat on the mat and", "--max-tokens", "16", "--json",
+           "--draft-mode", "mtp", "--draft-max", "3"]
+    assert main(gen) == 0
+    on = json.loads(capsys.readouterr().out)
+    assert on["stats"]["drafted_by_source"]["mtp"] > 0
+    assert main([*gen, "--no-mtp"]) == 0
+    off = json.loads(capsys.readouterr().out)
+    assert off["stats"]["drafted"] == 0 and off["tokens"] == on["tokens"]
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"id": "p", "prompt": "the cat sat on", "format": "raw"}) + "\n")
+    bench = ["bench", *model, "--prompts", str(prompts), "--mode", "plain,mtp", "--draft-max", "3",
+             "--max-tokens", "12", "--no-check", "--json", str(tmp_path / "bench.json")]
+    assert main(bench) == 0
+    entry = json.loads((tmp_path / "bench.json").read_text())["prompts"][0]["modes"]["mtp"]
+    assert entry["drafted_by_source"]["mtp"] > 0 and entry["identical"]
+    with pytest.raises(ValueError, match=r"the mode mtp needs .*\(turned off for this load\)"):
+        main([*bench, "--no-mtp"])
+    capsys.readouterr()
+
+    args = build_parser().parse_args(["serve", *model, "--no-mtp", "--port", "0"])
+    assert args.func is cmd_serve  # which opens its pair with open_engine(args), as here
+    e = open_engine(args)
+    try:
+        assert "mtp" not in e.sources and e.mtp_unused == "turned off for this load"
+    finally:
+        e.close()
+
+
 def test_generate_reports_a_truncated_drafter_clearly(tiny_pair: tuple[Path, Path],
                                                       capsys: pytest.CaptureFixture) -> None:
     bad = tiny_pair[1].parent / "truncated.gguf"

@@ -75,7 +75,7 @@ def test_a_target_with_mtp_heads_offers_them_and_its_folder_once(shelf: dict[str
         (ROLE_MTP, "target with MTP heads", True, ""),
     ]
     assert "1 MTP (nextn) head" in found[1].why and found[1].text.startswith("the target's own MTP heads")
-    assert found[1].why.endswith("every load of this target drafts with it")
+    assert found[1].why.endswith("a load of this target drafts with it unless turned off (--no-mtp)")
     # pair and inspect say it too
     rep = check_pair(mtp, shelf["v1"], tap_archs=TAPS)
     assert rep.ok and "carries its own draft heads" in rep.check("target_mtp").detail

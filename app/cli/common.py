@@ -16,6 +16,8 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-drafter", action="store_true", help="load no drafter")
     p.add_argument("--draft-model", help="a classic draft model GGUF sharing the target's vocabulary (a small "
                                          "model of the same family; the draft-model and hybrid modes use it)")
+    p.add_argument("--no-mtp", action="store_true",
+                   help="leave the target's own MTP head unused (default: a target that carries one drafts with it)")
     p.add_argument("--ctx", type=int, default=4096, help="context length (default 4096)")
     p.add_argument("--threads", type=int, default=0, help="CPU threads (default: all cores)")
     p.add_argument("--gpu", action="store_true", help="place the layers on the GPUs (the split planner's plan)")
@@ -34,7 +36,8 @@ def _window(text: str) -> int:
 def open_engine(args: argparse.Namespace) -> Engine:
     """The pair the options name, loaded the way the app loads it (session.models)."""
     spec = resolve_spec(args.target, args.drafter, args.no_drafter, n_ctx=args.ctx, n_threads=args.threads,
-                        device=DEVICE_GPU if args.gpu else DEVICE_CPU, draft_model=args.draft_model)
+                        device=DEVICE_GPU if args.gpu else DEVICE_CPU, draft_model=args.draft_model,
+                        mtp=not args.no_mtp)
     engine = load_engine(spec)
     engine.set_drafter_window(args.drafter_window)
     return engine

@@ -5,7 +5,8 @@ drafters; each file's draft format comes from its header (gguf_tools.formats) an
 only when it fits this target:
 - a drafter (DFlash v1, DFlash2, DSpark, EAGLE-3) whose pair check passes (`--drafter`);
 - a plain model with the target's token list and a smaller file (a classic draft model, `--draft-model`);
-- the target's own MTP head: listed (no file to choose: every load of the target uses it); a target
+- the target's own MTP head: listed (no file to choose: a load of the target uses it unless turned off,
+  `ModelSpec.mtp`: the Model panel's switch, `--no-mtp`); a target
   with several chained heads: listed, not usable, with the reason (FlashDesk's loop drives one).
 Header reads only (the reader decodes no token list), so a scan of a models folder is quick.
 """
@@ -73,7 +74,7 @@ def find_drafters(target: str | Path, folders: list[Path] | None = None,
     out: list[DrafterOption] = []
     t_fmt = draft_format(t_info)
     if t_fmt.format == MTP:
-        used = "; every load of this target drafts with it" if t_fmt.in_loop else ""
+        used = "; a load of this target drafts with it unless turned off (--no-mtp)" if t_fmt.in_loop else ""
         out.append(DrafterOption("", ROLE_MTP, t_fmt.label, t_fmt.in_loop, f"{t_fmt.detail}; {t_fmt.needs}{used}"))
     seen = {t_path}
     for folder in folders if folders is not None else drafter_folders(t_path):

@@ -34,13 +34,15 @@ class ModelSpec:
     n_threads: int = 0
     split: list[float] | None = None  # the user's override of the planned split ratio (per GPU)
     draft_model: str | None = None  # a classic draft model (same vocabulary), on the CPU
+    mtp: bool = True  # draft with the target's own MTP head where it carries one (EngineConfig.mtp)
 
     @classmethod
     def from_dict(cls, d: dict) -> ModelSpec:
         split = d.get("split")
         return cls(target=str(d["target"]), drafter=d.get("drafter") or None, n_ctx=int(d.get("n_ctx", 4096)),
                    device=d.get("device", DEVICE_CPU), n_threads=int(d.get("n_threads", 0)),
-                   split=[float(x) for x in split] if split else None, draft_model=d.get("draft_model") or None)
+                   split=[float(x) for x in split] if split else None, draft_model=d.get("draft_model") or None,
+                   mtp=bool(d.get("mtp", True)))
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -122,10 +124,11 @@ def engine_config_for(spec: ModelSpec, inventory: Inventory | None = None) -> En
         # a classic draft model goes whole onto the first GPU: its passes run one after another, so on
         # the CPU they would cost more than they save (the split planner does not count its memory yet)
         cfg.draft_model_placement = ModelPlacement(n_gpu_layers=999)
+        cfg.mtp = spec.mtp
         return cfg
     cpu = ModelPlacement(n_gpu_layers=0)
     return EngineConfig(n_ctx=spec.n_ctx, n_threads=spec.n_threads, target_placement=cpu, drafter_placement=cpu,
-                        draft_model_placement=cpu)
+                        draft_model_placement=cpu, mtp=spec.mtp)
 
 
 def plan_for(spec: ModelSpec, inventory: Inventory | None = None) -> SplitPlan:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QFileDialog,
     QFormLayout,
@@ -23,7 +24,7 @@ from PySide6.QtWidgets import (
 
 from app.errors import FlashDeskError
 from app.hub.catalog import CatalogError, load_catalog
-from app.hub.local_drafters import ROLE_DRAFT_MODEL, DrafterOption, find_drafters
+from app.hub.local_drafters import ROLE_DRAFT_MODEL, ROLE_MTP, DrafterOption, find_drafters
 from app.session.models import DEVICE_CPU, DEVICE_GPU, ModelSpec
 
 _NONE = "none"  # the found-drafters item that clears both fields
@@ -61,6 +62,12 @@ class ModelPanel(QWidget):
         form.addRow("Found", found)
         form.addRow("Drafter", self._with_browse(self.drafter_edit, "Choose the DFlash drafter"))
         form.addRow("Draft model", self._with_browse(self.draft_model_edit, "Choose a classic draft model"))
+        # the target's own MTP head (Qwen3.5/3.6 GGUFs carry one): on by default, a switch only where the
+        # target in the field has a head the loop drives (the found list's MTP line says so)
+        self.mtp_check = QCheckBox("Use the target's MTP head")
+        self.mtp_check.setObjectName("useMtp")
+        self.mtp_check.setChecked(True)
+        form.addRow("", self.mtp_check)
         self.target_edit.editingFinished.connect(self.scan_drafters)
         self.drafter_options: list[DrafterOption] = []
         self._show_options([], "choose a target to find its drafters")
@@ -125,12 +132,13 @@ class ModelPanel(QWidget):
     def spec(self) -> ModelSpec:
         return ModelSpec(self.target_edit.text().strip(), self.drafter_edit.text().strip() or None,
                          self.ctx_spin.value(), self.device_combo.currentData(),
-                         draft_model=self.draft_model_edit.text().strip() or None)
+                         draft_model=self.draft_model_edit.text().strip() or None, mtp=self.mtp_check.isChecked())
 
     def show_spec(self, spec: ModelSpec) -> None:
         self.target_edit.setText(spec.target)
         self.drafter_edit.setText(spec.drafter or "")
         self.draft_model_edit.setText(spec.draft_model or "")
+        self.mtp_check.setChecked(spec.mtp)
         self.ctx_spin.setValue(spec.n_ctx)
         i = self.device_combo.findData(spec.device)
         if i >= 0 and self.device_combo.model().item(i).isEnabled():
@@ -165,6 +173,11 @@ class ModelPanel(QWidget):
 
     def _show_options(self, options: list[DrafterOption], headline: str) -> None:
         self.drafter_options = options
+        head = next((o for o in options if o.role == ROLE_MTP), None)
+        self.mtp_check.setEnabled(head is not None and head.usable)
+        self.mtp_check.setToolTip(
+            "no MTP head in the chosen target" if head is None
+            else f"{head.why}" if head.usable else f"not driven by FlashDesk: {head.why}")
         c = self.found_combo
         c.clear()
         c.addItem(headline, None)

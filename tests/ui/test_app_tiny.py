@@ -219,7 +219,10 @@ def test_colour_drafted_tokens_view(qtbot, open_window, tiny_spec, tmp_path: Pat
 
 def test_model_spec_round_trip():
     spec = ModelSpec("/m/t.gguf", None, 2048, "gpu")
-    assert ModelSpec.from_dict(spec.to_dict()) == spec
+    assert ModelSpec.from_dict(spec.to_dict()) == spec and spec.mtp
+    off = ModelSpec("/m/t.gguf", mtp=False)
+    assert ModelSpec.from_dict(off.to_dict()) == off
+    assert ModelSpec.from_dict({"target": "/m/t.gguf"}).mtp  # a spec saved before the switch: the head on
     assert spec.label == "t.gguf"
 
 

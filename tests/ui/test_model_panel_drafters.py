@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QPoint, Qt
 
 from app.bundled import DEFAULT_DRAFTER
 from app.hub.download import Downloader
@@ -16,7 +16,7 @@ from app.ui.model_manager import ModelManagerDialog
 from app.ui.model_panel import ModelPanel
 from gguf_tools.edit import copy_gguf
 from gguf_tools.synth import TinyShape, write_eagle3, write_tiny_target
-from tests.ui.conftest import LOAD_TIMEOUT_MS
+from tests.ui.conftest import LOAD_TIMEOUT_MS, TINY_TEMPLATE
 
 
 @pytest.fixture(autouse=True)
@@ -98,6 +98,32 @@ def test_the_panel_shows_which_source_is_in_use_and_why(qtbot, open_window, tiny
                     timeout=LOAD_TIMEOUT_MS)
     assert (f"DFlash drafter {Path(tiny_spec.drafter).name} in use: blocks of 8" in panel.status_label.text())
     assert "context lookup: on beside them" in panel.status_label.text()
+
+
+def test_the_targets_mtp_head_is_a_switch_in_the_panel(qtbot, open_window, tiny_chat_pair,  # noqa: ANN001
+                                                        tmp_path: Path) -> None:
+    """"Use the target's MTP head": on by default, offered only for a target carrying a head the loop
+    drives; turned off, the next load (in the engine process) leaves the head unused and the panel says why."""
+    mtp = write_tiny_target(tmp_path / "tiny-qwen35-mtp.gguf", "qwen35", chat_template=TINY_TEMPLATE, mtp_layers=1)
+    w = open_window(tmp_path / "db.sqlite3", ModelSpec(str(mtp), n_ctx=512, n_threads=1))
+    panel = w.model_panel
+    box = panel.mtp_check
+    assert box.isEnabled() and box.isChecked() and w.model_info.spec.mtp
+    assert "the target's own MTP head in use" in panel.status_label.text()
+    qtbot.mouseClick(box, Qt.MouseButton.LeftButton, pos=QPoint(box.iconSize().width() // 2 + 2, box.height() // 2))
+    assert not box.isChecked() and panel.spec().mtp is False
+    qtbot.mouseClick(panel.load_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: w.model_info is not None and not w.model_info.spec.mtp and not w.loading,
+                    timeout=LOAD_TIMEOUT_MS)
+    status = panel.status_label.text()
+    assert "the target's own MTP head in use" not in status
+    assert "the target carries MTP heads" in status and "not used: turned off for this load" in status
+    assert w.store.get_setting("model")["mtp"] is False  # the next start loads it the same way
+    # a target without a head: nothing to switch
+    panel.fill_pair(str(tiny_chat_pair[0]), None)
+    assert not box.isEnabled() and "no MTP head" in box.toolTip()
+    panel.fill_pair(str(mtp), None)
+    assert box.isEnabled()
 
 
 def test_the_model_manager_lists_every_drafter_per_target(qtbot, tmp_path: Path) -> None:  # noqa: ANN001
