@@ -48,6 +48,38 @@ def test_generate_with_each_dflash_format_is_plain_decoding(pair: str, request: 
             assert out["stats"]["drafted"] > 0
 
 
+def _pass_source_model(source: str, request: pytest.FixtureRequest) -> list[str]:
+    """The model options that load `source` (the drafts a pass per token) on tiny random models."""
+    if source == "mtp":  # the target's own head: no second file
+        return ["--target", str(request.getfixturevalue("tiny_mtp_target")), "--no-drafter"]
+    if source == "eagle3":
+        target, eagle3 = request.getfixturevalue("tiny_eagle3_pair")
+        return ["--target", str(target), "--drafter", str(eagle3)]
+    return ["--target", str(request.getfixturevalue("tiny_pair")[0]), "--no-drafter",
+            "--draft-model", str(request.getfixturevalue("tiny_draft_model"))]
+
+
+@pytest.mark.parametrize("source", ["mtp", "eagle3", "draft-model"])
+def test_generate_with_each_pass_source_is_plain_decoding(source: str, request: pytest.FixtureRequest,
+                                                          capsys: pytest.CaptureFixture) -> None:
+    """`flashdesk generate --draft-mode mtp|eagle3|draft-model` end to end: the source's drafts of
+    --draft-max every step, and the controller over that source alone, give `--draft-mode plain`'s tokens."""
+    base = ["generate", *_pass_source_model(source, request), "--prompt", "the cat sat on the mat and",
+            "--max-tokens", "24", "--threads", "1", "--json"]
+    assert main([*base, "--draft-mode", "plain"]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert plain["stats"]["drafted"] == 0 and len(plain["tokens"]) == 24
+    assert main([*base, "--draft-mode", source, "--draft-max", "3"]) == 0
+    fixed = json.loads(capsys.readouterr().out)
+    assert fixed["tokens"] == plain["tokens"] and fixed["draft_mode"] == source
+    by_source = {k: v for k, v in fixed["stats"]["drafted_by_source"].items() if v}
+    assert by_source == {source: fixed["stats"]["drafted"]} and fixed["stats"]["drafted"] >= 3
+    assert main([*base, "--draft-mode", source]) == 0
+    ctl = json.loads(capsys.readouterr().out)
+    assert ctl["tokens"] == plain["tokens"]
+    assert not {k for k, v in ctl["stats"]["drafted_by_source"].items() if v} - {source}
+
+
 def test_no_mtp_leaves_the_targets_head_unused(tiny_mtp_target: Path, tmp_path: Path,
                                                capsys: pytest.CaptureFixture) -> None:
     """--no-mtp (generate, bench, serve: every command that opens the pair): the target loads without its

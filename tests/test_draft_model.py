@@ -13,15 +13,8 @@ from app.engine.dflash import Engine, EngineConfig
 from app.engine.draft_policy import DRAFT_MODEL, FixedDraftLength
 from app.engine.params import GenerationParams
 from gguf_tools.pair import check_draft_model
-from gguf_tools.synth import write_tiny_target
 
 PROMPT = "the cat sat on the mat and then it ran out"
-
-
-@pytest.fixture(scope="module")
-def other_tiny(tiny_pair: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Another random qwen3 model with the same tiny vocabulary (seed 1): a poor drafter."""
-    return write_tiny_target(tmp_path_factory.mktemp("dm") / "tiny-other.gguf", "qwen3", seed=1)
 
 
 def run(e: Engine, prompt: list[int], policy, n: int) -> tuple[list[int], object]:  # noqa: ANN001
@@ -50,9 +43,9 @@ def test_target_as_its_own_draft_model(tiny_pair: tuple[Path, Path]) -> None:
     e.close()
 
 
-def test_other_model_sharing_the_vocabulary(tiny_pair: tuple[Path, Path], other_tiny: Path) -> None:
+def test_other_model_sharing_the_vocabulary(tiny_pair: tuple[Path, Path], tiny_draft_model: Path) -> None:
     target, _ = tiny_pair
-    e = Engine(target, None, EngineConfig(n_ctx=512), draft_model=other_tiny)
+    e = Engine(target, None, EngineConfig(n_ctx=512), draft_model=tiny_draft_model)
     prompt = e.tokenize(PROMPT)
     plain, _ = run(e, prompt, FixedDraftLength(0), 64)
     spec, st = run(e, prompt, FixedDraftLength(3, DRAFT_MODEL), 64)
@@ -86,10 +79,10 @@ def test_controller_learns_the_draft_model(tiny_pair: tuple[Path, Path]) -> None
     e.close()
 
 
-def test_pair_check_of_a_draft_model(tiny_pair: tuple[Path, Path], other_tiny: Path,
+def test_pair_check_of_a_draft_model(tiny_pair: tuple[Path, Path], tiny_draft_model: Path,
                                      tiny_gemma_pair: tuple[Path, Path], gemma_target: Path) -> None:
     target, drafter = tiny_pair
-    assert check_draft_model(target, other_tiny).ok
+    assert check_draft_model(target, tiny_draft_model).ok
     bad = check_draft_model(target, drafter)  # a DFlash drafter is not a draft model
     assert not bad.ok and "drafter" in " ".join(bad.problems)
     other_vocab = check_draft_model(gemma_target, target)

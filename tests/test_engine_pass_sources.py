@@ -19,26 +19,14 @@ from app.engine.events import FINISH_STOP
 from app.engine.params import GenerationParams
 from app.session.draft_sources import draft_source_lines
 from app.session.models import ModelSpec
-from gguf_tools.synth import write_eagle3, write_tiny_target
 
 PROMPT = "the cat sat on the mat and then it ran out"
 
 
-@pytest.fixture(scope="module")
-def mtp_target(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_tiny_target(tmp_path_factory.mktemp("mtp") / "tiny-qwen35-mtp.gguf", "qwen35", mtp_layers=1)
-
-
-@pytest.fixture(scope="module")
-def eagle3_pair(tiny_pair: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    target = tiny_pair[0]
-    return target, write_eagle3(tmp_path_factory.mktemp("eagle3") / "tiny-eagle3.gguf", target)
-
-
 def open_engine(source: str, request: pytest.FixtureRequest, **cfg) -> Engine:  # noqa: ANN003
     if source == MTP:
-        return Engine(request.getfixturevalue("mtp_target"), None, EngineConfig(n_ctx=512, **cfg))
-    return Engine(*request.getfixturevalue("eagle3_pair"), EngineConfig(n_ctx=512, **cfg))
+        return Engine(request.getfixturevalue("tiny_mtp_target"), None, EngineConfig(n_ctx=512, **cfg))
+    return Engine(*request.getfixturevalue("tiny_eagle3_pair"), EngineConfig(n_ctx=512, **cfg))
 
 
 @pytest.fixture(params=[MTP, EAGLE3])
@@ -64,13 +52,13 @@ def run(e: Engine, prompt: list[int], params: GenerationParams, **kw) -> tuple[l
     return out, ev
 
 
-def test_each_loads_as_a_source_and_the_panel_says_so(request: pytest.FixtureRequest, mtp_target: Path,
-                                                      eagle3_pair: tuple[Path, Path]) -> None:
+def test_each_loads_as_a_source_and_the_panel_says_so(request: pytest.FixtureRequest, tiny_mtp_target: Path,
+                                                      tiny_eagle3_pair: tuple[Path, Path]) -> None:
     e = open_engine(MTP, request)
     try:
         assert list(e.sources) == ["lookup", MTP] and e.mtp_unused is None
         assert e.target.n_mtp_heads == 1
-        assert draft_source_lines(e, ModelSpec(str(mtp_target)))[0] == (
+        assert draft_source_lines(e, ModelSpec(str(tiny_mtp_target)))[0] == (
             "the target's own MTP head in use: no second file, fed the target's last hidden state "
             "(up to 8 drafts a step, one pass of the head each)")
     finally:
@@ -78,18 +66,18 @@ def test_each_loads_as_a_source_and_the_panel_says_so(request: pytest.FixtureReq
     e = open_engine(EAGLE3, request)
     try:
         assert list(e.sources) == ["lookup", EAGLE3] and not e.has_drafter  # (no DFlash graph)
-        assert draft_source_lines(e, ModelSpec(*map(str, eagle3_pair)))[0] == (
+        assert draft_source_lines(e, ModelSpec(*map(str, tiny_eagle3_pair)))[0] == (
             "EAGLE-3 drafter tiny-eagle3.gguf in use: fed 3 of the target's hidden states (layers [1, 2, 3]), "
             "up to 8 drafts a step, one pass each")
     finally:
         e.close()
 
 
-def test_mtp_turned_off_the_trunk_decodes_alone_and_says_why(mtp_target: Path) -> None:
-    e = Engine(mtp_target, None, EngineConfig(n_ctx=512, mtp=False))
+def test_mtp_turned_off_the_trunk_decodes_alone_and_says_why(tiny_mtp_target: Path) -> None:
+    e = Engine(tiny_mtp_target, None, EngineConfig(n_ctx=512, mtp=False))
     try:
         assert MTP not in e.sources and e.target.n_mtp_heads == 0
-        assert draft_source_lines(e, ModelSpec(str(mtp_target)))[0] == (
+        assert draft_source_lines(e, ModelSpec(str(tiny_mtp_target)))[0] == (
             "the target carries MTP heads (qwen35 with 1 MTP (nextn) head (blk.*.nextn.eh_proj)): not used: "
             "turned off for this load")
     finally:
