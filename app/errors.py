@@ -5,7 +5,8 @@ from __future__ import annotations
 from gguf_tools.errors import FlashDeskError, ModelLoadError, PairMismatch
 
 # the base and the GGUF file errors live with the GGUF reader, the lowest layer that raises them
-__all__ = ["ContextOverflow", "FlashDeskError", "GenerationError", "ModelLoadError", "PairMismatch"]
+__all__ = ["ContextOverflow", "DraftFormatMismatch", "FlashDeskError", "GenerationError", "ModelLoadError",
+           "PairMismatch"]
 
 
 class ContextOverflow(FlashDeskError):
@@ -23,3 +24,8 @@ class ContextOverflow(FlashDeskError):
 
 class GenerationError(FlashDeskError):
     """llama.cpp refused a decode (e.g. out of memory)."""
+
+
+class DraftFormatMismatch(FlashDeskError, ValueError):
+    """A draft mode or a bench peer named after one drafter format (dflash2, dspark, upstream-dspark,
+    ...) was asked of a drafter file of another format; the message names the file and both formats."""

@@ -23,6 +23,10 @@ EAGLE3 = "eagle3"
 MTP = "mtp"  # a target carrying its own next-token heads
 PLAIN = "plain"  # a plain model: a target, or a classic draft model for a target with its vocabulary
 
+# how a person calls each (DraftFormat.label)
+LABELS = {DFLASH_V1: "DFlash v1", DFLASH2: "DFlash2", DSPARK: "DSpark", EAGLE3: "EAGLE-3",
+          MTP: "target with MTP heads", PLAIN: "plain model"}
+
 # the formats FlashDesk's own loop drafts from today (app.engine.sources); the rest llama-server runs
 IN_LOOP = (DFLASH_V1, DFLASH2, DSPARK, EAGLE3, MTP, PLAIN)
 
@@ -62,7 +66,7 @@ def draft_format(info: GGUFInfo) -> DraftFormat:
         if info.tensor("markov_w1.weight") is not None:
             conf = info.tensor("conf_proj.weight") is not None
             heads = "a Markov head (markov_w1/markov_w2)" + (", a confidence head" if conf else "")
-            return DraftFormat(DSPARK, "DSpark", "draft-dspark",
+            return DraftFormat(DSPARK, LABELS[DSPARK], "draft-dspark",
                                f"a dflash file with {heads}; "
                                f"block {block}, target layers {layers}",
                                "the target's hidden states at its target layers, the Markov head over the previous "
@@ -73,7 +77,7 @@ def draft_format(info: GGUFInfo) -> DraftFormat:
         if top_k > 0:
             rank = _int(info.get("dflash.selector_rank"))
             window = _int(info.get("dflash.attention.sliding_window"))
-            return DraftFormat(DFLASH2, "DFlash2", "draft-dflash",
+            return DraftFormat(DFLASH2, LABELS[DFLASH2], "draft-dflash",
                                f"dflash.selector_top_k = {top_k}" + (f", selector rank {rank}" if rank else "")
                                + (f", sliding window {window}" if window else "")
                                + f"; block {block}, target layers {layers}",
@@ -81,26 +85,26 @@ def draft_format(info: GGUFInfo) -> DraftFormat:
                                f"top {top_k} candidates per position (read from the drafter's nextn embeddings, not "
                                f"its logits, and walked as llama.cpp's draft-dflash walks it)",
                                True)
-        return DraftFormat(DFLASH_V1, "DFlash v1", "draft-dflash", f"block {block}, target layers {layers}",
+        return DraftFormat(DFLASH_V1, LABELS[DFLASH_V1], "draft-dflash", f"block {block}, target layers {layers}",
                            "the target's hidden states at its target layers (FlashDesk taps them), "
                            "[anchor, mask x k] in one pass", True)
     if info.arch == "eagle3":
         layers = list(info.get("eagle3.target_layers") or [])
-        return DraftFormat(EAGLE3, "EAGLE-3", "draft-eagle3",
+        return DraftFormat(EAGLE3, LABELS[EAGLE3], "draft-eagle3",
                            f"architecture eagle3, target layers {layers}, target hidden size "
                            f"{info.get('eagle3.target_hidden_size')}" + (", d2t" if info.tensor("d2t") else ""),
                            "3 of the target's hidden states (fc over them), its own pre-norm state carried "
                            "between draft steps, one pass per draft token", True)
     n_mtp = mtp_layers(info)
     if n_mtp:
-        return DraftFormat(MTP, "target with MTP heads", "draft-mtp",
+        return DraftFormat(MTP, LABELS[MTP], "draft-mtp",
                            f"{info.arch} with {n_mtp} MTP (nextn) head{'s' if n_mtp > 1 else ''} "
                            f"(blk.*.nextn.eh_proj)",
                            "no second file: the target's own head, fed its last hidden state, as a second "
                            "context on the same file (llama.cpp's draft-mtp)" + (
                                "; several chained heads: FlashDesk's loop drives a single head only, and decodes "
                                "this target without them" if n_mtp > 1 else ""), n_mtp == 1)
-    return DraftFormat(PLAIN, "plain model", "draft-simple" if info.n_layer else "",
+    return DraftFormat(PLAIN, LABELS[PLAIN], "draft-simple" if info.n_layer else "",
                        f"architecture {info.arch}, {info.n_layer} layers",
                        "as a classic draft model: the target's token list (gguf_tools pair checks it), its own "
                        "context and KV cache; FlashDesk runs it with --draft-model", True)

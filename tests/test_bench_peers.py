@@ -388,3 +388,78 @@ def test_bench_runs_ours_beside_the_server_on_the_heads(tiny_pair: tuple[Path, P
     for m in (kind, peer):
         assert modes[m]["lossless"] is True and modes[m]["tokens"] == modes["plain"]["tokens"]
         assert modes[m]["drafted"] > 0
+
+
+def test_upstream_dspark_is_draft_dspark_and_each_dflash_peer_refuses_the_other_format(
+        tiny_pair: tuple[Path, Path], tiny_dflash2_pair: tuple[Path, Path],
+        tiny_dspark_pair: tuple[Path, Path]) -> None:
+    """upstream-dspark: llama-server's draft-dspark on our DSpark drafter. llama-server itself runs
+    draft-dflash on a DSpark file (v1's block layout, not anchor-first) and draft-dspark on a DFlash2 one, so
+    each peer refuses the other's files by their headers (gguf_tools.formats), naming the file."""
+    from app.errors import DraftFormatMismatch
+
+    target, v1 = tiny_pair
+    dflash2, dspark = tiny_dflash2_pair[1], tiny_dspark_pair[1]
+    m = parse_mode("upstream-dspark@5")
+    assert m.needs_drafter and not m.needs_eagle3 and not m.needs_draft_model and m.on_server
+    assert m.spec_args() == ["--spec-type", "draft-dspark", "--spec-draft-n-max", "5"]
+    assert parse_mode("upstream-dspark").spec_args() == ["--spec-type", "draft-dspark"]
+    p = peers.ServerPeer(m, Path("llama-server"), target, dspark, 512, 2, 512)
+    assert p.args[p.args.index("-md") + 1] == str(dspark)
+    dflash = parse_mode("upstream-dflash")
+    for f in (v1, dflash2):  # DFlash v1 and DFlash2 both run as draft-dflash
+        peers.check_draft_file(dflash, f)
+    peers.check_draft_file(m, dspark)
+    with pytest.raises(DraftFormatMismatch, match=r"^upstream-dflash: tiny-qwen3-dspark.gguf is a DSpark file; "
+                                                  r"draft-dflash runs DFlash v1 and DFlash2 drafters "
+                                                  r"\(use upstream-dspark\)"):
+        peers.check_draft_file(dflash, dspark)
+    for f, label in ((v1, "DFlash v1"), (dflash2, "DFlash2")):
+        with pytest.raises(DraftFormatMismatch, match=rf"^upstream-dspark@5: {f.name} is a {label} file; "
+                                                      r"draft-dspark runs DSpark drafters \(use upstream-dflash\)"):
+            peers.check_draft_file(m, f)
+    with pytest.raises(DraftFormatMismatch, match="tiny-qwen3-dspark.gguf is a DSpark file"):  # in a chain too
+        peers.check_drafter_formats(["plain", "upstream-chain:ngram-mod+draft-dflash"], dspark)
+    peers.check_drafter_formats(["upstream-plain", "upstream-lookup", "upstream-dspark"], dspark)
+    with pytest.raises(ValueError, match="needs a drafter"):
+        peers.ServerPeer(m, Path("llama-server"), target, None, 512, 2, 512)
+    for bad in ("upstream-dspark:ngram-mod", "upstream-chain:draft-dspark+draft-dflash", "upstream-dspark@0"):
+        with pytest.raises(ValueError):
+            parse_mode(bad)
+
+
+def test_bench_refuses_a_peer_of_the_other_format_before_anything_runs(tiny_pair: tuple[Path, Path]) -> None:
+    """The bench checks the drafter's format before it calibrates or starts a server."""
+    from app.engine.dflash import Engine, EngineConfig
+    from app.errors import DraftFormatMismatch
+
+    e = Engine(*tiny_pair, EngineConfig(n_ctx=256, n_threads=1))
+    try:
+        with pytest.raises(DraftFormatMismatch, match="tiny-qwen3-dflash.gguf is a DFlash v1 file"):
+            bench(e, [], ["plain", "upstream-dspark"])
+    finally:
+        e.close()
+
+
+@pytest.mark.slow
+def test_llama_server_walks_a_dflash2_files_selector(tiny_pair: tuple[Path, Path],
+                                                     tiny_dflash2_pair: tuple[Path, Path]) -> None:
+    """upstream-dflash on a DFlash2 file: llama-server loads the selector (the loader's line, at -lv 4+)
+    as draft-dflash, drafts from the lattice its graph writes (is_dflash2: no draft sampled from logits,
+    which llama.cpp logs at -lv 5 for every candidate it reads, as it does for the v1 file), and the
+    reply is plain decoding's."""
+    from server_once import complete_on_server, plain_tokens
+
+    target = tiny_pair[0]
+    prompt, plain = plain_tokens(target, "the cat sat on the mat", 24)
+    runs = {f: complete_on_server("upstream-dflash@3", target, d, prompt, 24)
+            for f, d in (("v1", tiny_pair[1]), ("dflash2", tiny_dflash2_pair[1]))}
+    for f, (entry, spec_log, _) in runs.items():
+        assert entry["tokens"] == plain, f
+        assert entry["drafted"] > 0, f
+        assert any("adding speculative implementation 'draft-dflash'" in x for x in spec_log), (f, spec_log)
+    entry, spec_log, log = runs["dflash2"]
+    assert any("DFlash2 conv kernel" in x and "top-k = 4" in x for x in spec_log), spec_log
+    assert "draft candidate" not in log  # the selector's walk: no sampler read a drafter row
+    _, v1_log, v1_whole = runs["v1"]
+    assert not any("DFlash2" in x for x in v1_log) and "draft candidate" in v1_whole

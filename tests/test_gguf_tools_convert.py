@@ -243,7 +243,21 @@ def test_cli_convert(hf_target, tmp_path: Path) -> None:
     assert main(["convert", str(ckpt), "--target", str(tmp_path / "missing.gguf"), "--out", str(out)]) == 2
 
 
-def test_dflash2_equals_reference_and_loads_with_its_selector(reference: Path, hf_target, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def dflash2_converted(hf_target, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(a DFlash2-shaped z-lab checkpoint for the HF target: conv, selector over the top 4, sliding
+    window; the GGUF `convert` made of it)."""
+    from gguf_tools.synth import DFlash2Shape
+
+    _, target_gguf, vocab = hf_target
+    base = tmp_path_factory.mktemp("dflash2-convert")
+    ckpt = write_zlab_checkpoint(base / "Tiny-DFlash2", vocab_size=vocab, mask_token_id=3,
+                                 target_layer_ids=[0, 2], block_size=8, dflash2=DFlash2Shape())
+    return ckpt, convert_checkpoint(ckpt, target_gguf, base / "ours.gguf")
+
+
+def test_dflash2_equals_reference_and_loads_with_its_selector(reference: Path, hf_target, dflash2_converted,
+                                                              tmp_path: Path) -> None:
     """A DFlash2-shaped checkpoint (conv, selector, sliding window): our file equals the reference's
     byte for byte, and the pinned llama.cpp loads it as DFlash2 (its loader checks every conv and
     selector shape against the keys, and refuses a DFlash2 file missing them); FlashDesk's loop drafts
@@ -252,14 +266,11 @@ def test_dflash2_equals_reference_and_loads_with_its_selector(reference: Path, h
     from app.engine.params import GenerationParams
     from gguf_tools.formats import DFLASH2, draft_format
     from gguf_tools.reader import read_gguf
-    from gguf_tools.synth import DFlash2Shape
 
-    tdir, target_gguf, vocab = hf_target
-    ckpt = write_zlab_checkpoint(tmp_path / "Tiny-DFlash2", vocab_size=vocab, mask_token_id=3,
-                                 target_layer_ids=[0, 2], block_size=8, dflash2=DFlash2Shape())
+    tdir, target_gguf, _ = hf_target
+    ckpt, ours = dflash2_converted
     ref = tmp_path / "ref.gguf"
     run_reference(reference, str(ckpt), "--target-model-dir", str(tdir), "--outfile", str(ref))
-    ours = convert_checkpoint(ckpt, target_gguf, tmp_path / "ours.gguf")
     meta = assert_same_gguf(ref, ours)
     assert meta["dflash.selector_top_k"][1] == 4 and meta["dflash.attention.sliding_window"][1] == 2048
     assert draft_format(read_gguf(ours)).format == DFLASH2
@@ -273,3 +284,20 @@ def test_dflash2_equals_reference_and_loads_with_its_selector(reference: Path, h
         assert spec == plain and runs[1][-1].stats.drafted > 0
     finally:
         e.close()
+
+
+@pytest.mark.slow
+def test_llama_server_runs_the_converted_dflash2_with_its_selector(hf_target, dflash2_converted) -> None:
+    """The GGUF `convert` makes of a DFlash2-shaped checkpoint, as llama-server runs it (`flashdesk bench`'s
+    upstream-dflash): loaded with its selector (the loader's line), as draft-dflash, drafting from the
+    lattice (no drafter row read by a sampler: llama.cpp's debug log has no draft candidate), and the
+    reply is FlashDesk's plain decoding's."""
+    from server_once import complete_on_server, plain_tokens
+
+    _, target_gguf, _ = hf_target
+    prompt, plain = plain_tokens(target_gguf, "the quick brown fox", 24)
+    entry, spec_log, log = complete_on_server("upstream-dflash@3", target_gguf, dflash2_converted[1], prompt, 24)
+    assert entry["tokens"] == plain and entry["drafted"] > 0
+    assert any("adding speculative implementation 'draft-dflash'" in x for x in spec_log), spec_log
+    assert any("DFlash2 conv kernel" in x and "top-k = 4" in x for x in spec_log), spec_log
+    assert "draft candidate" not in log

@@ -22,7 +22,9 @@ Two families, measured on the same prompts in the same run as our modes:
 Mode names (comma-separated in `--mode`; `@K` sets the draft length):
 
     upstream-plain                      the server without speculation
-    upstream-dflash[@K]                 --spec-type draft-dflash, our drafter (default --spec-draft-n-max 3)
+    upstream-dflash[@K]                 --spec-type draft-dflash, our DFlash v1 or DFlash2 drafter (default
+                                        --spec-draft-n-max 3; llama.cpp walks a DFlash2 file's selector)
+    upstream-dspark[@K]                 --spec-type draft-dspark, our DSpark drafter (--drafter)
     upstream-draft[@K]                  --spec-type draft-simple, our classic draft model (--draft-model)
     upstream-mtp[@K]                    --spec-type draft-mtp: the target's own MTP heads (Qwen3.5/3.6)
     upstream-eagle3[@K]                 --spec-type draft-eagle3, our EAGLE-3 drafter (--drafter)
@@ -32,7 +34,10 @@ Mode names (comma-separated in `--mode`; `@K` sets the draft length):
     llama-cpp-python-lookup[@K]         LlamaPromptLookupDecoding(num_pred_tokens=K), default 10
 
 @K maps to each type's own length knob (PeerSpec.server_args); ngram-cache has
-none on this tree (fixed at 8).
+none on this tree (fixed at 8). A type that reads the drafter file takes only the formats of
+DRAFT_FILE_FORMATS (gguf_tools.formats, by the file's header): llama-server itself would run
+draft-dflash on a DSpark file (v1's block layout, not anchor-first) or draft-dspark on a DFlash2 one,
+so the peer refuses them before a server starts (check_draft_file).
 """
 
 from __future__ import annotations
@@ -51,7 +56,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.engine.text_stream import TextStream
-from gguf_tools.formats import mtp_layers
+from app.errors import DraftFormatMismatch
+from gguf_tools.formats import DFLASH2, DFLASH_V1, DSPARK, EAGLE3, LABELS, draft_format, mtp_layers
 from gguf_tools.reader import read_gguf
 from native import server as native_server
 
@@ -83,12 +89,19 @@ def after_first_step(n: int, n_first: int, seconds_after: float) -> float:
     """TOKENS_PER_S: the tokens after the first step's n_first over the time after it (0: none)."""
     return round((n - n_first) / seconds_after, 3) if n > n_first and seconds_after > 0 else 0.0
 
-SERVER_FAMILIES = ("upstream-plain", "upstream-dflash", "upstream-lookup", "upstream-chain", "upstream-draft",
-                   "upstream-mtp", "upstream-eagle3")
+SERVER_FAMILIES = ("upstream-plain", "upstream-dflash", "upstream-dspark", "upstream-lookup", "upstream-chain",
+                   "upstream-draft", "upstream-mtp", "upstream-eagle3")
 PY_LOOKUP = "llama-cpp-python-lookup"
 FAMILIES = (*SERVER_FAMILIES, PY_LOOKUP)
 # our modes a peer is compared with, first found (hybrid drafts from both sources, as a chain does)
-OURS_PREFERENCE = ("hybrid", "adaptive-conf", "adaptive", "lookup", "fixed", "draft-model")
+OURS_PREFERENCE = ("hybrid", "adaptive-conf", "adaptive", "lookup", "fixed", "dflash2", "dspark", "draft-model")
+# the types that read the server's one draft file (-md; the draft model's for draft-simple)
+FILE_TYPES = ("draft-simple", "draft-dflash", "draft-dspark", "draft-eagle3")
+# the drafter formats each such type runs as its graph expects (draft-simple: the draft model, pair-checked at load)
+DRAFT_FILE_FORMATS = {"draft-dflash": (DFLASH_V1, DFLASH2), "draft-dspark": (DSPARK,), "draft-eagle3": (EAGLE3,)}
+# the peer that runs a drafter of each format
+PEER_OF_FORMAT = {DFLASH_V1: "upstream-dflash", DFLASH2: "upstream-dflash", DSPARK: "upstream-dspark",
+                  EAGLE3: "upstream-eagle3"}
 
 START_TIMEOUT_S = 600.0
 REQUEST_TIMEOUT_S = 900.0
@@ -103,7 +116,8 @@ class PeerSpec:
 
     @property
     def needs_drafter(self) -> bool:
-        return "draft-dflash" in self.spec_types
+        """A DFlash-family drafter (the DFlash source's file): draft-dflash or draft-dspark."""
+        return "draft-dflash" in self.spec_types or "draft-dspark" in self.spec_types
 
     @property
     def needs_eagle3(self) -> bool:
@@ -129,7 +143,7 @@ class PeerSpec:
         if self.k is None:
             return args
         for t in self.spec_types:
-            if t in ("draft-dflash", "draft-simple", "draft-mtp", "draft-eagle3"):  # one knob (params.draft.n_max)
+            if t in ("draft-dflash", "draft-dspark", "draft-simple", "draft-mtp", "draft-eagle3"):  # params.draft.n_max
                 args += ["--spec-draft-n-max", str(self.k)]
             elif t in ("ngram-simple", "ngram-map-k", "ngram-map-k4v"):
                 args += [f"--spec-{t}-size-m", str(self.k)]
@@ -163,6 +177,10 @@ def parse_mode(mode: str) -> PeerSpec | None:
         if types:
             raise ValueError(f"{mode!r}: upstream-dflash takes no type (it is draft-dflash)")
         return PeerSpec(mode, family, ("draft-dflash",), k)
+    if family == "upstream-dspark":
+        if types:
+            raise ValueError(f"{mode!r}: upstream-dspark takes no type (it is draft-dspark)")
+        return PeerSpec(mode, family, ("draft-dspark",), k)
     if family == "upstream-draft":
         if types:
             raise ValueError(f"{mode!r}: upstream-draft takes no type (it is draft-simple)")
@@ -186,8 +204,9 @@ def parse_mode(mode: str) -> PeerSpec | None:
         types = types or DEFAULT_CHAIN
         if len(types) < 2:
             raise ValueError(f"{mode!r}: a chain needs two or more types, e.g. upstream-chain:ngram-mod+draft-dflash")
-        if {"draft-simple", "draft-dflash"} <= set(types):
-            raise ValueError(f"{mode!r}: draft-simple and draft-dflash both need the server's one draft file (-md)")
+        files = [t for t in types if t in FILE_TYPES]
+        if len(files) > 1:
+            raise ValueError(f"{mode!r}: {' and '.join(files)} each need the server's one draft file (-md)")
         return PeerSpec(mode, family, types, k)
     if types:
         raise ValueError(f"{mode!r}: {PY_LOOKUP} takes no type")
@@ -196,6 +215,33 @@ def parse_mode(mode: str) -> PeerSpec | None:
 
 def is_peer(mode: str) -> bool:
     return parse_mode(mode) is not None
+
+
+def check_drafter_formats(modes: list[str], drafter: Path | None) -> None:
+    """check_draft_file for every peer in `modes` that reads the drafter (the bench's before it
+    calibrates, open_peers' before a server starts)."""
+    for m in modes:
+        spec = parse_mode(m)
+        if spec is not None and (spec.needs_drafter or spec.needs_eagle3):
+            check_draft_file(spec, drafter)
+
+
+def check_draft_file(spec: PeerSpec, drafter: Path | None) -> None:
+    """Raise DraftFormatMismatch, naming the file, where a type of `spec` reads a drafter file of a
+    format it does not run (DRAFT_FILE_FORMATS; a missing drafter is ServerPeer's to refuse)."""
+    if drafter is None:
+        return
+    for t in spec.spec_types:
+        formats = DRAFT_FILE_FORMATS.get(t)
+        if formats is None:
+            continue
+        fmt = draft_format(read_gguf(drafter))
+        if fmt.format not in formats:
+            other = PEER_OF_FORMAT.get(fmt.format)
+            raise DraftFormatMismatch(
+                f"{spec.mode}: {Path(drafter).name} is a {fmt.label} file; {t} runs "
+                f"{' and '.join(LABELS[f] for f in formats)} drafters"
+                + (f" (use {other})" if other and other != spec.family else ""))
 
 
 def free_port() -> int:
@@ -265,6 +311,7 @@ class ServerPeer:
                           "-tbd", threads, "-ngld", str(n_gpu_layers)]
         self.args += spec.spec_args()
         self.proc: subprocess.Popen | None = None
+        self.spec_log: list[str] = []  # what the server's log said it loaded for speculation (start)
 
     def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
         env = dict(os.environ, GGML_NO_BACKTRACE="1")
@@ -281,6 +328,7 @@ class ServerPeer:
             try:
                 with urllib.request.urlopen(self.url + "/health", timeout=5) as r:
                     if r.status == 200:
+                        self.spec_log = self.loaded_lines()
                         return
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 pass
@@ -288,6 +336,17 @@ class ServerPeer:
         tail = self.log_tail()
         self.close()
         raise RuntimeError(f"{self.spec.mode}: llama-server not ready after {timeout_s:.0f} s:\n{tail}")
+
+    def loaded_lines(self) -> list[str]:
+        """The log's lines on the draft file and the speculative types the server set up (its type,
+        n_max, block size; with `-lv 4` and more, the loader's lines such as DFlash2's selector),
+        without the timestamps."""
+        try:
+            lines = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return []
+        keep = ("common_speculative", "DFlash", "DSpark")
+        return [line.split(" I ", 1)[-1].strip() for line in lines if any(k in line for k in keep)]
 
     def log_tail(self, n: int = 30) -> str:
         try:
@@ -420,6 +479,7 @@ def open_peers(engine: Engine, modes: list[str], log: Callable[[str], None] | No
     if not specs:
         return peers
     say = log or (lambda _m: None)
+    check_drafter_formats(modes, engine.drafter_path)
     exe = None
     if any(s.on_server for s in specs):
         exe = native_server.server_path()

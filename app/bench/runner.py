@@ -45,7 +45,7 @@ from app.engine.params import GenerationParams
 MODES = ("plain", "plain-again", "fixed", "lookup", "adaptive", "adaptive-conf", "hybrid", "draft-model", "mtp",
          "eagle3")
 NEEDS_DRAFTER = ("fixed", "adaptive", "adaptive-conf")
-# peer modes (app.bench.peers) are named by family: upstream-plain, upstream-dflash[@K],
+# peer modes (app.bench.peers) are named by family: upstream-plain, upstream-dflash[@K], upstream-dspark[@K],
 # upstream-lookup[:TYPE][@K], upstream-chain[:T1+T2][@K], llama-cpp-python-lookup[@K]
 PEER_MODES = peer_modes.FAMILIES
 
@@ -209,6 +209,7 @@ def bench(engine: Engine, prompts: list[BenchPrompt], modes: list[str], max_toke
     wants_e3 = [m for m in modes if m == EAGLE3 or getattr(peer_modes.parse_mode(m), "needs_eagle3", False)]
     if wants_e3 and EAGLE3 not in engine.sources:
         raise ValueError(f"the modes {', '.join(wants_e3)} need an EAGLE-3 drafter (--drafter)")
+    peer_modes.check_drafter_formats(modes, engine.drafter_path)  # a peer on a drafter of another format: now
     ours = [m for m in modes if not peer_modes.is_peer(m)]
     if engine.speculation_blocked:  # nothing to compare with plain decoding (llama-server cannot draft either)
         raise ValueError(engine.speculation_blocked)
@@ -222,8 +223,8 @@ def bench(engine: Engine, prompts: list[BenchPrompt], modes: list[str], max_toke
     policies: dict = {}
 
     peers = peer_modes.open_peers(engine, modes, progress)  # built, started, warmed up once
-    peer_info = {m: {"args": p.args[1:]} if isinstance(p, peer_modes.ServerPeer) else {"num_pred_tokens": p.spec.k}
-                 for m, p in peers.items()}
+    peer_info = {m: {"args": p.args[1:], "spec_log": p.spec_log} if isinstance(p, peer_modes.ServerPeer)
+                 else {"num_pred_tokens": p.spec.k} for m, p in peers.items()}
 
     def result(rows: list[dict]) -> dict:
         return {"run": run, "modes": modes, "max_tokens": max_tokens, "draft_max": draft_max, "repeat": repeat,
