@@ -463,3 +463,34 @@ def test_llama_server_walks_a_dflash2_files_selector(tiny_pair: tuple[Path, Path
     assert "draft candidate" not in log  # the selector's walk: no sampler read a drafter row
     _, v1_log, v1_whole = runs["v1"]
     assert not any("DFlash2" in x for x in v1_log) and "draft candidate" in v1_whole
+
+
+@pytest.mark.slow
+def test_bench_runs_upstream_dspark_beside_ours_on_a_dspark_file(tiny_dspark_pair: tuple[Path, Path],
+                                                                 tmp_path: Path) -> None:
+    """llama-server's draft-dspark and our dspark mode in one `flashdesk bench` run on the tiny target
+    with a random DSpark drafter: both draft, both outputs are plain decoding's, the server's log says
+    draft-dspark, and the JSON names the drafter's format per source."""
+    from server_once import server_exe
+
+    from app.cli import main
+
+    server_exe()  # built once, cached
+    target, dspark = tiny_dspark_pair
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"id": "t", "prompt": "the cat sat on the mat", "format": "raw",
+                                   "category": "tiny"}) + "\n")
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--target", str(target), "--drafter", str(dspark), "--prompts", str(prompts),
+                 "--max-tokens", "24", "--threads", "1", "--mode", "plain,dspark,upstream-dspark@3",
+                 "--draft-max", "3", "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    info = res["peers"]["upstream-dspark@3"]
+    assert "draft-dspark" in info["args"]
+    assert any("adding speculative implementation 'draft-dspark'" in x for x in info["spec_log"]), info["spec_log"]
+    modes = res["prompts"][0]["modes"]
+    for m in ("dspark", "upstream-dspark@3"):
+        assert modes[m]["lossless"] is True and modes[m]["tokens"] == modes["plain"]["tokens"], m
+        assert modes[m]["drafted"] > 0, m
+    assert res["source_formats"] == {"dflash": "dspark"}
+    assert res["summary"]["overall"]["dspark"]["format_by_source"] == {"dflash": "dspark"}

@@ -34,17 +34,20 @@ from app.bench.info import run_info
 from app.bench.prompt_sets import BenchPrompt, prompt_text
 from app.chat.format import PromptFormat, prompt_format_of
 from app.engine.calibration import CostModel, calibrate, learn
-from app.engine.controller import DraftController, policy_for_mode
+from app.engine.controller import FORMAT_MODES, DraftController, check_format_mode, policy_for_mode
 from app.engine.dflash import Engine
-from app.engine.draft_policy import DFLASH, EAGLE3, MTP
+from app.engine.draft_policy import DFLASH, DRAFT_MODEL, EAGLE3, MTP
 from app.engine.lossless import check_lossless
 from app.engine.params import GenerationParams
+from gguf_tools.formats import EAGLE3 as EAGLE3_FORMAT
+from gguf_tools.formats import MTP as MTP_FORMAT
+from gguf_tools.formats import draft_format
 
 # "plain-again" repeats plain decoding: its speedup over "plain" is the noise band of the machine;
-# the others are app.engine.controller's draft modes
+# the others are app.engine.controller's draft modes (dflash2 and dspark: fixed, on a drafter of that format)
 MODES = ("plain", "plain-again", "fixed", "lookup", "adaptive", "adaptive-conf", "hybrid", "draft-model", "mtp",
-         "eagle3")
-NEEDS_DRAFTER = ("fixed", "adaptive", "adaptive-conf")
+         "eagle3", *FORMAT_MODES)
+NEEDS_DRAFTER = ("fixed", "adaptive", "adaptive-conf", *FORMAT_MODES)
 # peer modes (app.bench.peers) are named by family: upstream-plain, upstream-dflash[@K], upstream-dspark[@K],
 # upstream-lookup[:TYPE][@K], upstream-chain[:T1+T2][@K], llama-cpp-python-lookup[@K]
 PEER_MODES = peer_modes.FAMILIES
@@ -210,6 +213,8 @@ def bench(engine: Engine, prompts: list[BenchPrompt], modes: list[str], max_toke
     if wants_e3 and EAGLE3 not in engine.sources:
         raise ValueError(f"the modes {', '.join(wants_e3)} need an EAGLE-3 drafter (--drafter)")
     peer_modes.check_drafter_formats(modes, engine.drafter_path)  # a peer on a drafter of another format: now
+    for m in modes:  # and a mode named after a drafter format (dflash2, dspark)
+        check_format_mode(engine, m)
     ours = [m for m in modes if not peer_modes.is_peer(m)]
     if engine.speculation_blocked:  # nothing to compare with plain decoding (llama-server cannot draft either)
         raise ValueError(engine.speculation_blocked)
@@ -226,11 +231,13 @@ def bench(engine: Engine, prompts: list[BenchPrompt], modes: list[str], max_toke
     peer_info = {m: {"args": p.args[1:], "spec_log": p.spec_log} if isinstance(p, peer_modes.ServerPeer)
                  else {"num_pred_tokens": p.spec.k} for m, p in peers.items()}
 
+    formats = source_formats(engine)
+
     def result(rows: list[dict]) -> dict:
         return {"run": run, "modes": modes, "max_tokens": max_tokens, "draft_max": draft_max, "repeat": repeat,
-                "tokens_per_s_definition": peer_modes.TOKENS_PER_S,
+                "tokens_per_s_definition": peer_modes.TOKENS_PER_S, "source_formats": formats,
                 "calibration": cost.to_dict(), "prompts": list(rows),
-                "summary": summarize(rows, modes) | {"cost_model": cost_model_check(rows, ours, cost)
+                "summary": summarize(rows, modes, formats) | {"cost_model": cost_model_check(rows, ours, cost)
                                                      | {"by_category": cost_model_by_category(rows, ours, cost)}}} \
             | ({"peers": peer_info} if peer_info else {})
 
@@ -314,9 +321,24 @@ def _median(xs: list[float]) -> float:
     return round(statistics.median(xs), 4) if xs else 0.0
 
 
-def _by_source(entries: list[dict]) -> dict:
-    """tau per draft source over the steps that drafted from it, and the share of the tokens each
-    source (and the target itself) produced, summed over the prompts."""
+def source_formats(engine: Engine) -> dict[str, str]:
+    """The file format (gguf_tools.formats) behind each of the load's model sources: the dflash
+    source's drafter (dflash, dflash2 or dspark: Engine.drafter_format), an EAGLE-3 drafter, the
+    target's MTP head, the classic draft model's file."""
+    out = {DFLASH: engine.drafter_format} if engine.has_drafter else {}
+    if EAGLE3 in engine.sources:
+        out[EAGLE3] = EAGLE3_FORMAT
+    if MTP in engine.sources:
+        out[MTP] = MTP_FORMAT
+    if engine.draft_model is not None:
+        out[DRAFT_MODEL] = draft_format(engine.draft_model.model.info).format
+    return out
+
+
+def _by_source(entries: list[dict], formats: dict[str, str] | None = None) -> dict:
+    """tau per draft source over the steps that drafted from it, the share of the tokens each
+    source (and the target itself) produced, summed over the prompts, and the file format of each
+    source that drafted (`formats`: source_formats)."""
     steps: dict[str, int] = {}
     acc: dict[str, int] = {}
     for e in entries:
@@ -327,10 +349,11 @@ def _by_source(entries: list[dict]) -> dict:
     share = {"target": round(sum(e["steps"] for e in entries) / n_gen, 4)}
     share |= {s: round(a / n_gen, 4) for s, a in acc.items()}
     return {"tau_by_source": {s: round((acc[s] + n) / n, 4) if n else 0.0 for s, n in steps.items()},
-            "token_share": share}
+            "token_share": share,
+            "format_by_source": {s: f for s, f in (formats or {}).items() if steps.get(s, 0)}}
 
 
-def summarize(rows: list[dict], modes: list[str]) -> dict:
+def summarize(rows: list[dict], modes: list[str], formats: dict[str, str] | None = None) -> dict:
     def block(rs: list[dict]) -> dict:
         out: dict = {"n_prompts": len(rs)}
         for m in modes:
@@ -346,7 +369,7 @@ def summarize(rows: list[dict], modes: list[str]) -> dict:
                                                                        for r in rs)), 4),
                          median_tau=_median([e["tau"] for e in es]),
                          identical=sum(e["identical"] for e in es))
-                d.update(_by_source(es))
+                d.update(_by_source(es, formats))
                 if es and "lossless" in es[0]:
                     d.update(lossless=all(e["lossless"] for e in es), near_ties=sum(e["near_ties"] for e in es))
             out[m] = d

@@ -33,7 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "fixed: DFlash's block (or --draft-max) every step; lookup: the lookup's draft of "
                         "--draft-max tokens; draft-model: the --draft-model's drafts (k chosen step by step, or "
                         "--draft-max every step); mtp: the same from the target's own MTP head (Qwen3.5/3.6 "
-                        "GGUFs carry one); eagle3: the same from an EAGLE-3 --drafter; plain")
+                        "GGUFs carry one); eagle3: the same from an EAGLE-3 --drafter; dflash2, dspark: fixed, refused "
+                        "unless the --drafter is of that format; plain")
     g.add_argument("--draft-max", type=int, default=None,
                    help="draft length of the fixed and lookup modes (default: block size - 1; lookup 3)")
     g.add_argument("--json", action="store_true")

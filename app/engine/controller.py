@@ -53,6 +53,11 @@ from app.engine.draft_policy import (
 )
 from app.engine.lookup import AGREED, AGREEMENTS, DEFAULT_MAX_N, MIXED
 from app.engine.sources import DRAFT_MODEL_K_MAX, EAGLE3_K_MAX, MTP_K_MAX
+from app.errors import DraftFormatMismatch
+from gguf_tools.formats import DFLASH2 as DFLASH2_FORMAT
+from gguf_tools.formats import DSPARK as DSPARK_FORMAT
+from gguf_tools.formats import LABELS, draft_format
+from gguf_tools.reader import read_gguf
 
 if TYPE_CHECKING:
     from app.engine.dflash import Engine
@@ -393,9 +398,28 @@ def new_controller(engine: Engine, sources: tuple[str, ...] = (LOOKUP, DFLASH, D
                            use_confidence=use_confidence, **kw)
 
 
+# modes named after a DFlash-family drafter format: `fixed` (the DFlash source's drafts, the drafter's
+# block or draft_max every step) on a drafter of that format only
+FORMAT_MODES = {"dflash2": DFLASH2_FORMAT, "dspark": DSPARK_FORMAT}
 # the draft modes a caller can ask for by name (the CLI, the bench)
-DRAFT_MODES = ("plain", "fixed", "lookup", "adaptive", "adaptive-conf", "hybrid", "draft-model", "mtp", "eagle3")
+DRAFT_MODES = ("plain", "fixed", "lookup", "adaptive", "adaptive-conf", "hybrid", "draft-model", "mtp", "eagle3",
+               *FORMAT_MODES)
 DEFAULT_LOOKUP_K = 3  # a fixed lookup draft's length when none is given
+
+
+def check_format_mode(engine: Engine, mode: str) -> None:
+    """A mode of FORMAT_MODES on a load without a drafter of its format raises DraftFormatMismatch,
+    naming the loaded drafter's file and format; any other mode passes."""
+    if mode not in FORMAT_MODES:
+        return
+    want = FORMAT_MODES[mode]
+    label = LABELS[want]
+    path = engine.drafter_path  # a DFlash-family drafter's, or an EAGLE-3 drafter's
+    if path is None:
+        raise DraftFormatMismatch(f"the mode {mode} drafts from a {label} drafter; none is loaded (--drafter)")
+    if not engine.has_drafter or engine.drafter_format != want:
+        have = draft_format(read_gguf(path)).label
+        raise DraftFormatMismatch(f"the mode {mode} needs a {label} drafter; {path.name} is a {have} file")
 
 
 def policy_for_mode(engine: Engine, mode: str, draft_max: int | None = None) -> DraftPolicy:
@@ -405,7 +429,11 @@ def policy_for_mode(engine: Engine, mode: str, draft_max: int | None = None) -> 
     stops at the drafter's confidence); hybrid (the controller over every loaded source: lookup,
     DFlash, a classic draft model, the target's MTP head, an EAGLE-3 drafter); draft-model, mtp and
     eagle3 (the controller over that source alone, or with draft_max its draft of that many tokens
-    every step: llama.cpp's draft-simple, draft-mtp and draft-eagle3)."""
+    every step: llama.cpp's draft-simple, draft-mtp and draft-eagle3); dflash2 and dspark (fixed,
+    refused unless the loaded drafter is of that format: check_format_mode)."""
+    if mode in FORMAT_MODES:
+        check_format_mode(engine, mode)
+        mode = "fixed"
     if mode == "plain":
         return FixedDraftLength(0)
     if mode == "fixed":
