@@ -7,13 +7,15 @@ builds it; minutes from a bare cache, hence slow).
   compared where both are defined: p_min = 0 and n_min = 0. llama.cpp's draft-simple stops a draft
   at the first token whose probability (softmax over the drafter's top 10) is below p_min; our
   source has no cutoff and always drafts the k the policy chose (the controller picks k from the
-  learned acceptance instead). test_p_min_is_a_real_difference shows the comparison sees it.
+  learned acceptance instead). test_p_min_is_a_real_difference shows the comparison sees it; the draft
+  model one token behind (drafting after the token before the anchor) fails it.
 - The DFlash source with DFlash v1 and DFlash2 drafters against draft-dflash, with a DSpark drafter
   against draft-dspark (fed the target's layer inputs after every target decode, as llama-server
   does). llama.cpp always decodes a whole block and cuts the draft to the room left; ours decodes
   the k it drafts, so the two are compared on the steps with room for a whole block. A DFlash2
-  drafter read as v1 (its logits' argmax instead of the selector's walk) and a DSpark drafter read
-  as v1 (v1's block layout) fail the comparison.
+  drafter read as v1 (its logits' argmax instead of the selector's walk), a DSpark drafter read
+  as v1 (v1's block layout) and a v1 drafter fed the target's features one position late fail the
+  comparison.
 - The MTP source (the target's own head) against draft-mtp, on the tiny Qwen3.5 target with one
   head. llama.cpp's draft-mtp drafts its n_max whatever the room left, ours the k the room allows,
   so the two are compared on the steps that drafted a whole k. The head fed zeros instead of the
@@ -69,18 +71,29 @@ def llama_steps(harness: Path, target: Path, draft: Path | None, prompt: list[in
 
 
 def our_steps(target: Path, draft: Path | None, k: int, n: int, source: str = DRAFT_MODEL,
-              as_v1: bool = False, stateless: bool = False,
-              swapped: bool = False) -> tuple[list[int], list[dict], list[int]]:
+              as_v1: bool = False, stateless: bool = False, swapped: bool = False, late: bool = False,
+              behind: bool = False) -> tuple[list[int], list[dict], list[int]]:
     """The prompt's tokens, each step's (n_past, anchor, drafts) as our loop proposed them, and the
     output; asserts the output is plain decoding's. `source`: the draft-model source (draft = a
     classic draft model), DFlash (draft = a DFlash v1, DFlash2 or DSpark drafter), MTP (no draft:
     the target's head) or EAGLE-3 (draft = an EAGLE-3 drafter); `as_v1`: a DFlash2 or DSpark drafter
     read as if it were v1, `stateless`: the MTP head fed zeros for the target's states, `swapped`:
-    EAGLE-3's fc fed its layers' features in reverse order (the broken variants)."""
+    EAGLE-3's fc fed its layers' features in reverse order, `late`: the DFlash drafter fed each of the
+    target's feature rows one position late (the row of p - 1 at p), `behind`: the draft model one token
+    behind, drafting after the token before the anchor (the broken variants)."""
     if source == DFLASH:
         e = Engine(target, draft, EngineConfig(n_ctx=N_CTX))
         if as_v1:
             e.drafter_format, e._anchor_first = DFLASH_V1, False
+        if late:
+            queue, last = e._queue, [None]
+
+            def late_rows(feats: np.ndarray, pos0: int) -> None:  # every queued row moves one position on
+                prev = last[0] if last[0] is not None else np.zeros_like(feats[:1])
+                last[0] = feats[-1:].copy()
+                queue(np.concatenate([prev, feats[:-1]]), pos0)
+
+            e._queue = late_rows
     elif source == EAGLE3:
         e = Engine(target, draft, EngineConfig(n_ctx=N_CTX))
         if swapped:
@@ -93,6 +106,17 @@ def our_steps(target: Path, draft: Path | None, k: int, n: int, source: str = DR
             e.ctx.nextn_rows = lambda n_rows: np.zeros_like(rows(n_rows))
     else:
         e = Engine(target, None, EngineConfig(n_ctx=N_CTX), draft_model=draft)
+        if behind:
+            dm = e.sources[DRAFT_MODEL]
+            one_late = dm.propose
+
+            def after_the_token_before(history, n_past, k, st, with_confidence=False):  # noqa: ANN001, ANN202
+                dm.trim(n_past - 1)  # its cache up to the token before that one (the prompt's reaches it)
+                proposal = one_late(history[:-1], n_past - 1, k, st, with_confidence)
+                dm.trim(n_past - 1)  # a prefix of the history again: the next catch-up decodes the rest
+                return proposal
+
+            dm.propose = after_the_token_before
     try:
         prompt = e.tokenize(PROMPT)
         plain = [t for ev in e.generate(prompt, GenerationParams(max_tokens=n), policy=FixedDraftLength(0))
@@ -149,6 +173,19 @@ def test_p_min_is_a_real_difference(harness: Path, tiny_pair: tuple[Path, Path],
     assert sum(len(s["drafts"]) for s in ref["steps"]) < sum(len(s["drafts"]) for s in ours)
 
 
+def test_the_draft_model_one_token_behind_differs(harness: Path, tiny_pair: tuple[Path, Path],
+                                                  other_tiny: Path) -> None:
+    """The draft model drafting after the token before the anchor (its context one token short): the
+    comparison above fails, with the target as its own drafter (whose drafts otherwise all pass) and
+    with another model."""
+    target, _ = tiny_pair
+    for draft in (target, other_tiny):
+        prompt, ours, out = our_steps(target, draft, 3, 40, behind=True)
+        ref = llama_steps(harness, target, draft, prompt, 3, 40)
+        assert ref["output"] == out  # lossless either way
+        assert len(drafting(ours)) >= 40 // 4 and drafting(ours) != drafting(ref["steps"])
+
+
 def whole_blocks(steps: list[dict], k: int) -> list[dict]:
     """The steps that drafted a whole block of k (llama.cpp cuts a block of k at the reply's end,
     ours drafts a shorter block there)."""
@@ -190,6 +227,17 @@ def test_a_drafter_read_as_v1_differs(harness: Path, tiny_pair: tuple[Path, Path
     ref = llama_steps(harness, target, drafter, prompt, k, 40, kind=kind)
     assert ref["output"] == out  # lossless either way
     assert whole_blocks(ours, k) != whole_blocks(ref["steps"], k)
+
+
+@pytest.mark.parametrize("k", [3, 7])
+def test_a_v1_drafter_fed_its_features_late_differs(harness: Path, tiny_pair: tuple[Path, Path], k: int) -> None:
+    """DFlash v1 with every target feature row one position late (what the drafter reads at p is the
+    target's state at p - 1): the comparison above fails."""
+    target, drafter = tiny_pair
+    prompt, ours, out = our_steps(target, drafter, k, 40, DFLASH, late=True)
+    ref = llama_steps(harness, target, drafter, prompt, k, 40, kind="dflash")
+    assert ref["output"] == out  # lossless either way
+    assert len(whole_blocks(ours, k)) >= 40 // (k + 1) and whole_blocks(ours, k) != whole_blocks(ref["steps"], k)
 
 
 @pytest.fixture(scope="module")
