@@ -218,8 +218,8 @@ def is_peer(mode: str) -> bool:
 
 
 def check_drafter_formats(modes: list[str], drafter: Path | None) -> None:
-    """check_draft_file for every peer in `modes` that reads the drafter (the bench's before it
-    calibrates, open_peers' before a server starts)."""
+    """check_draft_file for every peer in `modes` that reads the drafter (the bench calls it before it
+    calibrates, so before open_peers starts any server)."""
     for m in modes:
         spec = parse_mode(m)
         if spec is not None and (spec.needs_drafter or spec.needs_eagle3):
@@ -479,7 +479,6 @@ def open_peers(engine: Engine, modes: list[str], log: Callable[[str], None] | No
     if not specs:
         return peers
     say = log or (lambda _m: None)
-    check_drafter_formats(modes, engine.drafter_path)
     exe = None
     if any(s.on_server for s in specs):
         exe = native_server.server_path()

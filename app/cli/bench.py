@@ -13,7 +13,7 @@ from app.bench.info import emit_result
 from app.bundled import default_target
 from app.cli.common import add_model_args, open_engine
 from app.engine.calibration import calibrate
-from app.engine.draft_policy import EAGLE3
+from app.engine.draft_policy import DFLASH, EAGLE3
 from app.engine.params import GenerationParams
 
 
@@ -102,8 +102,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
                               partial=(lambda r: runner.write_json(r, args.json)) if args.json else None)
         result["target"] = str(engine.target.path)
         result["drafter"] = str(engine.drafter_path) if engine.drafter_path else None
-        result["drafter_format"] = (engine.drafter_format if engine.drafter  # dflash, dflash2, dspark
-                                    else EAGLE3 if EAGLE3 in engine.sources else None)
+        # the drafter file's format (dflash, dflash2, dspark, eagle3): the runner's record of the load's sources
+        result["drafter_format"] = result["source_formats"].get(DFLASH) or result["source_formats"].get(EAGLE3)
         result["drafter_window"] = engine.drafter_window  # 0: the drafter attends to the whole context
     finally:
         engine.close()
