@@ -48,6 +48,17 @@ def _int(v: object) -> int | None:
     return int(v) if isinstance(v, int) and not isinstance(v, bool) else None
 
 
+# written by `flashdesk distill`: the longest sequence (tokens) the drafter was trained on, so the farthest
+# context it has learned to read (the engine's default window for it)
+TRAINED_SPAN_KEY = "flashdesk.distill.span"
+
+
+def trained_span(info: GGUFInfo) -> int | None:
+    """The tokens of the longest sequence a drafter was trained on, where its file says (a positive count)."""
+    n = _int(info.get(TRAINED_SPAN_KEY))
+    return n if n and n > 0 else None
+
+
 def mtp_layers(info: GGUFInfo) -> int:
     """How many MTP (nextn) heads a non-DFlash model carries: `{arch}.nextn_predict_layers`, or 1
     when only the last block's `nextn.eh_proj` tensor shows it (llama.cpp's own test)."""

@@ -157,6 +157,26 @@ def test_labels_over_text_are_the_targets_argmax_with_its_features_and_resume(ta
         _assert_matches_fresh_decode(target, seq, 1)
 
 
+def test_a_document_shorter_than_a_long_window_gives_one_window_and_the_window_is_kept(target: Path,
+                                                                                       tmp_path: Path) -> None:
+    """Long windows (distill --label-window) teach far context: a document shorter than one gives a single
+    window of what it has (if it has min_tokens); a folder labelled in one window size refuses another."""
+    docs = _docs(tmp_path, 2)
+    m = LlamaModel(target)
+    n_toks = [len(m.tokenize(read_document(d), add_special=False)) for d in docs]
+    n_bos = int(m.add_bos())
+    m.close()
+    out = tmp_path / "text"
+    cfg = LabelConfig(tap_layers=TAPS, window=max(n_toks) + 50, min_tokens=min(n_toks) + 1, n_threads=1)
+    res = label_text(target, docs, out, cfg, guard=HumanEvalGuard())
+    assert res["windows"] == 1  # the shorter document is below min_tokens, the longer one whole
+    seq = packed_data(out, tmp_path / "packed", TAPS)[0]
+    assert len(seq.tokens) == n_bos + max(n_toks) and seq.n_prompt == 1
+    _assert_matches_fresh_decode(target, seq, 1)
+    with pytest.raises(ValueError, match="windows of"):
+        label_text(target, docs, out, LabelConfig(tap_layers=TAPS, window=64), guard=HumanEvalGuard())
+
+
 def test_a_chunk_ends_on_time(target: Path, tmp_path: Path) -> None:
     res = label_text(target, _docs(tmp_path, 3), tmp_path / "text", LabelConfig(tap_layers=TAPS, window=64),
                      stop_after_s=0.0, guard=HumanEvalGuard())

@@ -114,3 +114,32 @@ def test_generate_takes_the_window_and_reports_it(tiny_pair: tuple[Path, Path], 
     assert outs[0]["tokens"] == outs[1]["tokens"] and outs[0]["stats"]["drafted"] > 0
     with pytest.raises(SystemExit):
         main(args + ["--drafter-window", "-1"])
+
+
+def test_the_default_window_is_the_span_the_drafter_file_says(tiny_pair: tuple[Path, Path], tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture) -> None:
+    """No --drafter-window: the drafter attends to the span its file says it was trained on (distill writes
+    it), else DRAFTER_WINDOW; an explicit window (0 included) wins; the plan sizes the drafter's cache the
+    same way."""
+    from app.cli import main
+    from app.engine.dflash import DRAFTER_WINDOW, drafter_context
+    from app.scheduler.inventory import host_spec, hypothetical_inventory
+    from app.scheduler.plan import PlanRequest
+    from app.scheduler.planner import plan_split
+    from gguf_tools.edit import copy_gguf
+    from gguf_tools.formats import TRAINED_SPAN_KEY
+
+    t, d = tiny_pair
+    spanned = copy_gguf(d, tmp_path / "spanned.gguf", meta={TRAINED_SPAN_KEY: 40})
+    args = ["generate", "--target", str(t), "--prompt", "the cat sat on the mat " * 8, "--max-tokens", "4",
+            "--json", "--draft-mode", "fixed"]
+    windows = []
+    for drafter, extra in ((d, []), (spanned, []), (spanned, ["--drafter-window", "0"]),
+                           (spanned, ["--drafter-window", "8"])):
+        assert main(args + ["--drafter", str(drafter)] + extra) == 0
+        windows.append(json.loads(capsys.readouterr().out)["drafter_window"])
+    assert windows == [DRAFTER_WINDOW, 40, 0, 8]
+    inv = hypothetical_inventory(["RTX3090:24GiB"], host_spec())
+    for drafter, window in ((d, DRAFTER_WINDOW), (spanned, 40)):
+        plan = plan_split(t, drafter, inv, PlanRequest(n_ctx=1024))  # the tiny target's training context
+        assert plan.drafter_plan.n_ctx == -(-drafter_context(1024, window) // 256) * 256  # llama.cpp pads to 256

@@ -21,9 +21,9 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ctx", type=int, default=4096, help="context length (default 4096)")
     p.add_argument("--threads", type=int, default=0, help="CPU threads (default: all cores)")
     p.add_argument("--gpu", action="store_true", help="place the layers on the GPUs (the split planner's plan)")
-    p.add_argument("--drafter-window", type=_window, default=DRAFTER_WINDOW,
-                   help=f"the DFlash drafter attends to the last N injected positions only (default {DRAFTER_WINDOW}, "
-                        "as DFlash2; 0: the whole context)")
+    p.add_argument("--drafter-window", type=_window, default=None,
+                   help="the DFlash drafter attends to the last N injected positions only (default: the span it was "
+                        f"trained on, where its file says, else {DRAFTER_WINDOW} as DFlash2; 0: the whole context)")
 
 
 def _window(text: str) -> int:

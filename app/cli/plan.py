@@ -32,9 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--ctx", type=int, default=4096, help="context length (default 4096)")
     p.add_argument("--kv", default="f16", help="KV cache type: f16 (default), q8_0, q4_0, ...")
     p.add_argument("--batch", type=int, default=512, help="batch size (default 512, the engine's)")
-    p.add_argument("--drafter-window", type=int, default=DRAFTER_WINDOW,
-                   help=f"the drafter's window, as the model commands take it (default {DRAFTER_WINDOW}; 0: the whole "
-                        "context): the drafter's cache is sized to it")
+    p.add_argument("--drafter-window", type=int, default=None,
+                   help="the drafter's window, as the model commands take it (default: the span it was trained on, "
+                        f"where its file says, else {DRAFTER_WINDOW}; 0: the whole context): its cache is sized to it")
     p.add_argument("--gpu", action="append", metavar="NAME:SIZE",
                    help="a hypothetical card, e.g. RTX3090:24GiB (repeat for more; options :bw=GBs :pcie=4x16 "
                         ":free=SIZE :nvlink); without --gpu the detected devices are used")

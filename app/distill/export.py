@@ -20,6 +20,7 @@ import torch
 
 from app.distill.model import Drafter, DrafterConfig
 from app.distill.target_weights import TargetWeights
+from gguf_tools.formats import TRAINED_SPAN_KEY
 from gguf_tools.header import add_transformer_header
 from gguf_tools.reader import read_gguf
 from gguf_tools.synth import copy_vocab
@@ -46,9 +47,10 @@ def trained_tensors(model: Drafter) -> list[tuple[str, torch.nn.Parameter]]:
 
 
 def export_gguf(model: Drafter, target: str | Path, out: str | Path, dtype: str = "f16",
-                name: str = "flashdesk dflash drafter", tokens: int | None = None) -> Path:
+                name: str = "flashdesk dflash drafter", tokens: int | None = None, span: int | None = None) -> Path:
     """dtype: f16 or f32 for the matrices (norms stay f32). Quantize afterwards with gguf_tools.quantize.
-    `tokens`: the labelled tokens it has been trained on (kept in the file for the learning curve)."""
+    `tokens`: the labelled tokens it has been trained on (kept in the file for the learning curve);
+    `span`: the longest sequence it was trained on (the engine's default window for it)."""
     c = model.c
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -72,6 +74,8 @@ def export_gguf(model: Drafter, target: str | Path, out: str | Path, dtype: str 
     w.add_mask_token_id(int(c.mask_token_id))
     if tokens is not None:
         w.add_uint64(TOKENS_KEY, int(tokens))
+    if span is not None:
+        w.add_uint32(TRAINED_SPAN_KEY, int(span))
 
     def t(x: torch.Tensor, matrix: bool = True) -> np.ndarray:
         a = x.detach().to(torch.float32).cpu().numpy()

@@ -7,8 +7,8 @@ Two kinds, in a reproducible order:
   /usr/share/doc, decompressed) and man pages rendered to plain text by man(1)
   (wide, so paragraphs come out whole, without hyphenation or justification).
 
-Held back for evaluation, never returned: /usr/share/common-licenses (the long
-documents a document Q&A evaluation reads) and every window that overlaps
+Held back for evaluation, never returned: /usr/share/common-licenses and the
+standard library's pydoc_data (the long documents docqa-long reads) and every window that overlaps
 HumanEval or the bench's own prompt sets (`HumanEvalGuard(bench_sets=True)`,
 checked by the caller on each window it keeps).
 """
@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-EVAL_RESERVED = (Path("/usr/share/common-licenses"),)
+EVAL_RESERVED = (Path("/usr/share/common-licenses"), Path(sysconfig.get_paths()["stdlib"]) / "pydoc_data")
 _SKIP_PARTS = {"test", "tests", "testing", "idlelib", "tkinter", "lib2to3", "turtledemo", "ensurepip", "__pycache__",
                "_vendor", "vendored"}
 _DOC_NAMES = re.compile(r"^(readme|news|changes|faq|todo|usage|install|howto|bugs|thanks|authors)"
@@ -52,7 +52,7 @@ def python_files(roots: list[Path] | None = None) -> list[OfflineDocument]:
     for root in roots:
         for p in sorted(root.rglob("*.py")):
             rel = p.relative_to(root).parts
-            if set(rel) & _SKIP_PARTS or p.name.startswith("test_") or p in out:
+            if set(rel) & _SKIP_PARTS or p.name.startswith("test_") or p in out or _reserved(p):
                 continue
             out[p] = OfflineDocument(f"code:{p}", "code", p)
     return [out[p] for p in sorted(out)]

@@ -37,6 +37,7 @@ from app.distill.target_weights import TargetWeights
 from app.distill.teacher_forced import LabelConfig, label_text
 from app.distill.train import TrainConfig, bf16_is_fast, build_drafter, grow_layers, train
 from app.engine.llama_objects import ModelPlacement
+from gguf_tools.formats import trained_span
 from gguf_tools.reader import read_gguf
 from native.ggml_devices import list_devices
 
@@ -121,6 +122,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--chunk-minutes", type=float, default=None,
                     help="generate/label: stop after this many minutes (re-run to resume)")
     ap.add_argument("--json", help="generate/label: write the run's result (what it made, how fast) here")
+    ap.add_argument("--label-window", type=int, default=256,
+                    help="label: tokens per window of offline text (one prefill each; 2048 teaches the drafter "
+                         "far context, as long documents need; a document shorter than it gives one window)")
+    ap.add_argument("--label-windows-per-doc", type=int, default=4,
+                    help="label: windows of one document at most")
     ap.add_argument("--sources", default="generated",
                     help="what training reads: generated, text, or generated,text (the folders present)")
     ap.add_argument("--dtype", default="f16", choices=["f16", "f32"])
@@ -195,8 +201,12 @@ def main(argv: list[str] | None = None) -> int:
             work.mkdir(parents=True, exist_ok=True)
             save_documents(docs, docs_file)
         say(f"offline text: {len(docs)} documents (Python sources, Debian documentation, man pages)")
-        res = label_text(target, docs, text_dir, LabelConfig(tap_layers=gen_taps), progress=say,
-                         stop_after_s=chunk_s, placement=placement)
+        try:
+            res = label_text(target, docs, text_dir, LabelConfig(tap_layers=gen_taps, window=args.label_window,
+                                                                 max_windows_per_doc=args.label_windows_per_doc),
+                             progress=say, stop_after_s=chunk_s, placement=placement)
+        except ValueError as e:  # a text folder of another window
+            ap.error(str(e))
         res["gpu"] = args.gpu
         say(f"labelling: {json.dumps(res)}")
         _write_result(args.json, "label", res)
@@ -246,7 +256,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         ck = torch.load(ckpt / "last.pt", weights_only=False)
         model.load_state_dict(ck["model"])
-    out = export_gguf(model, target, args.out, dtype=args.dtype, tokens=prior + n_data_tokens)
+    # the farthest context it has learned to read: its data's longest sequence, or a warm start's if longer
+    span = max(int(data.lengths.max()), (trained_span(warm) or 0) if warm else 0)
+    out = export_gguf(model, target, args.out, dtype=args.dtype, tokens=prior + n_data_tokens, span=span)
     say(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB) in {(time.time() - t0) / 60:.1f} min")
     hist = json.loads((ckpt / "history.json").read_text())["history"]
     card = write_card(out, target, ckpt, data.meta, len(data), n_data_tokens,

@@ -35,6 +35,9 @@ class LabelConfig:
     tap_layers: list[int]
     window: int = 256  # tokens per window, the first one BOS
     max_windows_per_doc: int = 4  # a long file would otherwise fill the data with one style
+    # a document shorter than a window gives one window of what it has, if it has this many tokens (long
+    # windows teach the drafter far context; the documents that fill them are fewer)
+    min_tokens: int = 255
     top_k_store: int = 32
     shard_size: int = 64  # windows per shard (a shard is flushed between documents)
     n_threads: int = 0
@@ -49,7 +52,12 @@ def label_text(target: Path, docs: list[OfflineDocument], out_dir: Path, cfg: La
     writer = ShardWriter(out_dir, data_meta(target, cfg.tap_layers, model.n_embd, model.n_vocab, cfg.top_k_store),
                          cfg.shard_size)
     meta_file = out_dir / "meta.json"
-    start_doc = json.loads(meta_file.read_text()).get("docs_done", 0)
+    meta = json.loads(meta_file.read_text())
+    if meta.setdefault("label_window", cfg.window) != cfg.window:  # a window's id names its span
+        raise ValueError(f"{out_dir} was labelled in windows of {meta['label_window']} tokens, not {cfg.window}: "
+                         "resume with that window or label into another work folder")
+    meta_file.write_text(json.dumps(meta, indent=2))
+    start_doc = meta.get("docs_done", 0)
     done = writer.done_ids()  # windows of documents a killed run wrote before it could count them
     guard = guard or HumanEvalGuard(bench_sets=True)
     ctx = LlamaContext(model, ContextConfig(n_ctx=cfg.window, n_batch=cfg.window, n_ubatch=cfg.window,
@@ -70,7 +78,9 @@ def label_text(target: Path, docs: list[OfflineDocument], out_dir: Path, cfg: La
         if text is not None:
             toks = model.tokenize(text, add_special=False, parse_special=False)
             step = cfg.window - len(bos)
-            for w in range(min(cfg.max_windows_per_doc, len(toks) // step)):
+            n_full = len(toks) // step
+            n_windows = n_full or int(len(toks) >= min(step, cfg.min_tokens))
+            for w in range(min(cfg.max_windows_per_doc, n_windows)):
                 win = bos + toks[w * step:(w + 1) * step]
                 if f"{doc.id}#{w}" in done:
                     continue

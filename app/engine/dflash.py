@@ -74,10 +74,10 @@ from app.engine.sources import (
 from app.engine.stats import GenerationStats
 from app.engine.text_stream import TextStream
 from app.errors import ContextOverflow, GenerationError, ModelLoadError
-from gguf_tools.formats import DFLASH2, DFLASH_V1, DSPARK, draft_format, mtp_layers
+from gguf_tools.formats import DFLASH2, DFLASH_V1, DSPARK, draft_format, mtp_layers, trained_span
 from gguf_tools.formats import EAGLE3 as EAGLE3_FORMAT
 from gguf_tools.pair import PairReport, check_pair
-from gguf_tools.reader import read_gguf
+from gguf_tools.reader import GGUFInfo, read_gguf
 from gguf_tools.validate import read_d2t
 
 # A hook for tests and calibration: given the history (all tokens so far, anchor last) and the
@@ -86,14 +86,23 @@ DraftOverride = Callable[[list[int], Choice], list[int] | None]
 # target features queued for the drafter while decoding, at most (bytes): 64 MiB is ~8k rows of
 # the bundled pair, ~800 of an 8B target tapped at 5 layers
 PENDING_MAX_BYTES = 64 << 20
-# the drafter attends to the last this many injected positions (EngineConfig.drafter_window; 0 or None:
-# all of them). 2,048 is DFlash2's window (z-lab; SGLang caps its DFlash drafter the same way): drafters
-# are trained on short contexts (ours on sequences of at most ~550 tokens) and lose acceptance far past
-# them, while an unbounded drafter pays attention and KV over the whole document every pass
+# the drafter attends to the last this many injected positions (EngineConfig.drafter_window; 0: all of
+# them) unless its file says how far it was trained to read (drafter_window_for). 2,048 is DFlash2's
+# window (z-lab; SGLang caps its DFlash drafter the same way): drafters are trained on short contexts and
+# lose acceptance far past them, while an unbounded drafter pays attention and KV over the whole
+# document every pass
 DRAFTER_WINDOW = 2048
 # cells of the drafter's cache beyond its window: a draft block (block_size rows) or a timed injection
 # (Engine.time_injection, calibration's INJECT_ROWS = 64) after a full window; llama.cpp pads to 256 anyway
 DRAFTER_SLACK = 256
+
+
+def drafter_window_for(info: GGUFInfo) -> int:
+    """The window a drafter gets unless one is asked for: the span it was trained on, where its file says
+    (gguf_tools.formats.trained_span), else DRAFTER_WINDOW. A drafter reads features from farther back
+    than it was trained on badly: the bundled one (sequences of at most 544 tokens) drafted the docqa set
+    at tau 1.27 with a 2,048 window and 1.44-1.51 with 256-768 (stop 48, fixed k = 3)."""
+    return trained_span(info) or DRAFTER_WINDOW
 
 
 def drafter_context(n_ctx: int, window: int | None) -> int:
@@ -161,7 +170,7 @@ class EngineConfig:
     # graph, no logits copied out) instead of the argmax in C; None: where the target's output layer
     # is on a GPU (backend_greedy_default)
     backend_greedy: bool | None = None
-    drafter_window: int | None = DRAFTER_WINDOW
+    drafter_window: int | None = None  # None: the drafter's own (drafter_window_for); 0: unbounded
     # a target carrying MTP (nextn) heads drafts with its own head (one more context, the head's
     # weights loaded); False: the trunk alone
     mtp: bool = True
@@ -265,7 +274,7 @@ class Engine:
         # the drafter's reduced vocabulary (target ids), if it has one: the drafter then outputs
         # only those logits (not 262k-wide -inf rows) and the readout maps them through d2t in C
         self._d2t = np.ascontiguousarray(self._read_d2t(), dtype=np.int64)
-        self._open_drafter_context(drafter_context(self.n_ctx, cfg.drafter_window))
+        self._open_drafter_context(drafter_context(self.n_ctx, self._resolve_window(cfg.drafter_window)))
         self.ctx.enable_taps(self.target_layers)
         self._dbatch = TokenBatch(self.block_size)
         self._ebatch = EmbeddingBatch(self._d_ubatch, len(self.target_layers) * self.target.n_embd)
@@ -344,12 +353,20 @@ class Engine:
             s.reset()
         self._cached = []
 
-    def set_drafter_window(self, window: int | None) -> None:
-        """Let the drafter attend to the last `window` injected positions only (0 or None: all).
-        Forgets the cached conversation: the drafter's cache is rebuilt under the new bound."""
+    def _resolve_window(self, window: int | None) -> int:
+        """The window asked for (0: unbounded), or the drafter's own for None (drafter_window_for)."""
         if window is not None and window < 0:
             raise ValueError(f"drafter window {window}: expected 0 (unbounded) or a positive count")
-        self.drafter_window = window or 0
+        if window is None:
+            return drafter_window_for(self.drafter.info) if self.drafter is not None else DRAFTER_WINDOW
+        return window
+
+    def set_drafter_window(self, window: int | None) -> None:
+        """Let the drafter attend to the last `window` injected positions only (0: all; None: the span
+        its file says it was trained on, else DRAFTER_WINDOW). Forgets the cached conversation: the
+        drafter's cache is rebuilt under the new bound."""
+        window = self._resolve_window(window)
+        self.drafter_window = window
         self.reset()
         if self.dctx is not None and drafter_context(self.n_ctx, window) != self._dctx_cells:
             self._open_drafter_context(drafter_context(self.n_ctx, window))  # its cache is sized to the window

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from app.engine.dflash import DRAFTER_WINDOW
 from app.scheduler.inventory import DeviceSpec, GiB
 from app.scheduler.profile import ModelProfile
 
@@ -193,5 +192,6 @@ class PlanRequest:
     use_drafter: bool = True
     n_rs_seq: int | None = None  # recurrent rollback snapshots; None: the longest draft's (max_draft) where needed
     drafter_device: str | None = None  # pin the drafter to this GPU (default: the output device)
-    drafter_window: int = DRAFTER_WINDOW  # the engine's (0: unbounded): its cache is sized to it (drafter_context)
+    # the engine's (0: unbounded; None: the drafter's own, drafter_window_for): its cache is sized to it
+    drafter_window: int | None = None
     advise: bool = True
