@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.engine.dflash import backend_greedy_on, drafter_context, drafter_window_for, max_draft
+from app.engine.dflash import backend_greedy_on, drafter_context, max_draft
 from app.scheduler import memory as mem
 from app.scheduler.advice import advise
 from app.scheduler.errors import PlanInputError
@@ -28,7 +28,6 @@ from app.scheduler.inventory import DeviceSpec, Inventory
 from app.scheduler.plan import DeviceBytes, DevicePlan, DrafterPlan, PlanRequest, SplitPlan, gib
 from app.scheduler.profile import ModelProfile, read_profile
 from app.scheduler.traffic import plan_traffic
-from gguf_tools.reader import read_gguf
 
 SAME_SPEED = 0.05  # bandwidths within 5% count as equal
 
@@ -81,9 +80,7 @@ class _Planner:
             # the engine's drafter context: non-causal, ubatch max(block, min(256, n_batch)), f16 cache, its
             # cells the window's (Engine._open_drafter_context)
             ub = max(drafter.block_size, min(256, req.n_batch))
-            window = req.drafter_window
-            if window is None:  # the drafter's own, as the engine reads it
-                window = drafter_window_for(read_gguf(drafter.path))
+            window = drafter.window if req.drafter_window is None else req.drafter_window
             self.dcs = mem.ContextShape.make(drafter_context(self.cs.n_ctx, window), ub, ub, causal=False)
 
     # --- the drafter's bytes -----------------------------------------------------

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from app.engine.dflash import drafter_window_for
 from app.errors import ModelLoadError
 from app.scheduler.errors import PlanInputError
 from gguf_tools.reader import GGUFInfo, TensorInfo, read_gguf
@@ -81,6 +82,7 @@ class ModelProfile:
     # DFlash drafter facts
     target_layers: tuple[int, ...] = ()
     block_size: int = 0
+    window: int = 0  # the window the engine gives it by default (app.engine.dflash.drafter_window_for)
     has_own_head: bool = True  # False: shares token_embd/output with the target through ctx_other
     warnings: tuple[str, ...] = field(default_factory=tuple)
 
@@ -216,5 +218,6 @@ def read_profile(path: str | Path) -> ModelProfile:
         target_layers=tuple(int(x) for x in (info.arch_get("target_layers") or [])) if is_drafter else (),
         # (an EAGLE-3 pass has one output row: it drafts a token a pass)
         block_size=(int(info.arch_get("block_size", 16) or 16) if info.arch == "dflash" else 1) if is_drafter else 0,
+        window=drafter_window_for(info) if is_drafter else 0,
         has_own_head=(emb is not None and out is not None) if is_drafter else True,
         warnings=tuple(warnings))
