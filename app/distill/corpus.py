@@ -10,7 +10,10 @@ Sources (all on this machine, nothing downloaded):
   kinds of requests in German, French, Spanish, Italian and Portuguese, then
   summaries of man pages and Debian documentation and commands explained;
 - document questions: a man page's option or a documentation paragraph as a
-  numbered source, laid out as `flashdesk docs ask` lays out its prompts.
+  numbered source, laid out as `flashdesk docs ask` lays out its prompts; and
+  long ones (`n_long_docs`): a question retrieved full-text over many of these
+  documents, its prompt filled with the best sources to 1-2.3k tokens, as the
+  bench's document answers read.
 
 HumanEval and the bench's own prompt sets are the evaluation: any prompt that
 shares a function name or a long text span with one is dropped (`HumanEvalGuard`).
@@ -22,12 +25,14 @@ import ast
 import json
 import random
 import re
+import tempfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from app.chat.format import ChatMessage, format_for_model, render_plain
-from app.distill.offline_text import debian_docs, man_pages, python_files, read_document
-from app.documents.answer import Source, conversation_renderer, source_block
+from app.distill.offline_text import OfflineDocument, debian_docs, man_pages, python_files, read_document
+from app.documents.answer import Source, build_prompt, conversation_renderer, source_block
 
 
 @dataclass(frozen=True)
@@ -361,7 +366,66 @@ def offline_prompts(rng: random.Random, n_chat: int, n_docs: int) -> tuple[list[
     return chat[:n_chat], asks[:n_docs]
 
 
-def build_corpus(n_code: int = 1200, n_chat: int = 800, n_docs: int = 0, seed: int = 0) -> list[CorpusPrompt]:
+# the sizes of a long document question's prompt, in tokens (drawn uniformly): the bench's document
+# answers read 1.4-2.3k tokens of retrieved sources (`flashdesk prompts docqa`), the first docqa-long size 2k
+LONG_ASK_TOKENS = (1024, 2304)
+_LONG_QUESTIONS = ("What does the {opt} option of {name} do?", "How is the {opt} option of {name} used?")
+_LONG_TOPICS = ("What is {name} used for, according to the sources?", "How do I configure {name}?",
+                "What do the sources say about {name}?", "Summarize what the sources say about {name}.")
+
+
+def long_document_asks(rng: random.Random, n: int, count_tokens: Callable[[str], int],
+                       truncate: Callable[[str, int], str], docs: list[OfflineDocument] | None = None,
+                       sizes: tuple[int, int] = LONG_ASK_TOKENS) -> list[str]:
+    """n questions over long retrieved context, built as `flashdesk docs ask` builds them: documents of
+    this machine (Debian's documentation and man pages, or `docs`) indexed full-text into a temporary
+    database, each question retrieved against all of them and its prompt filled with the best sources
+    to a size drawn from `sizes` (counted by `count_tokens`, the target's tokenizer). The questions
+    name a document's command or package (and a man page's option), so its own chunks come first and
+    others follow, as they do in a real answer over a folder."""
+    from app.documents.index import DocumentIndex  # noqa: PLC0415 - only a corpus with long asks needs them
+    from app.documents.indexer import Indexer  # noqa: PLC0415
+    from app.documents.retrieve import Retriever  # noqa: PLC0415
+
+    docs = list(docs if docs is not None else debian_docs() + man_pages())
+    rng.shuffle(docs)
+    render = conversation_renderer(format_for_model(None))
+    with tempfile.TemporaryDirectory() as tmp, DocumentIndex(Path(tmp) / "docs.sqlite3") as index:
+        folder = Path(tmp) / "corpus"
+        folder.mkdir()
+        questions: list[str] = []
+        for doc in docs:  # a pool of 3n documents: the asked ones and the others retrieval finds beside them
+            if len(questions) >= 3 * n:
+                break
+            text = read_document(doc)
+            if text is None or len(text) < 2000:
+                continue
+            is_man = "/man/" in str(doc.path)
+            name = doc.path.name.split(".")[0] if is_man else doc.path.parent.name
+            file = folder / f"{name}.txt"  # the name the prompt's source labels show
+            file = file if not file.exists() else folder / f"{name}-{len(questions)}.txt"
+            file.write_text(text, encoding="utf-8")
+            opts = [m.group(1) for ln in text.splitlines() if (m := _OPTION.match(ln.strip()))] if is_man else []
+            if opts and rng.random() < 0.6:
+                questions.append(rng.choice(_LONG_QUESTIONS).format(opt=rng.choice(opts), name=name))
+            else:
+                questions.append(rng.choice(_LONG_TOPICS).format(name=name))
+        index.add_roots(index.ensure_collection("long"), [folder])
+        Indexer(index).run("long")
+        retriever = Retriever(index, candidates=sizes[1] // 50)  # chunks are ~225 tokens: room to fill the largest
+        out = []
+        for q in rng.sample(questions, min(n, len(questions))):
+            found = retriever.search(q, ["long"], k=sizes[1] // 50, mode="fts")
+            if found.hits:
+                prompt, sources = build_prompt(q, found.hits, count_tokens, rng.randint(*sizes), render, truncate)
+                if len(sources) > 1:
+                    out.append(prompt)
+    return out
+
+
+def build_corpus(n_code: int = 1200, n_chat: int = 800, n_docs: int = 0, seed: int = 0,
+                 n_long_docs: int = 0, tokenizer: tuple[Callable[[str], int], Callable[[str, int], str]] | None = None
+                 ) -> list[CorpusPrompt]:
     """The whole corpus, free of HumanEval and the bench's prompts, in a reproducible order. Chat requests
     past the fixed set come from offline prose (summaries, commands explained); `n_docs` document questions."""
     rng = random.Random(seed)
@@ -403,6 +467,11 @@ def build_corpus(n_code: int = 1200, n_chat: int = 800, n_docs: int = 0, seed: i
         out.append(CorpusPrompt(f"chat-{i}", kind, _chat(text), "chat"))
     for i, text in enumerate(asks):
         out.append(CorpusPrompt(f"docs-{i}", "docqa", text, "chat"))
+    if n_long_docs:
+        if tokenizer is None:
+            raise ValueError("long document questions are sized in the target's tokens: pass its tokenizer")
+        for i, text in enumerate(long_document_asks(rng, n_long_docs, *tokenizer)):
+            out.append(CorpusPrompt(f"long-docs-{i}", "docqa-long", text, "chat"))
 
     seen: set[str] = set()
     unique = []

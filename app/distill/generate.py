@@ -166,12 +166,17 @@ def generate_dataset(target: Path, prompts: list[CorpusPrompt], out_dir: Path, c
     for i in range(cfg.n_parallel):
         start(i)
     while any(s is not None for s in slots):
-        # one batch: pending prompt tokens of new sequences, the last token of the others
+        # one batch: the last token of the sequences being decoded first, then what fits of the pending
+        # prompt tokens of new ones (a long prompt's prefill takes several batches and must not hold the
+        # others' replies back meanwhile)
         toks, pos, seq, outs, owner = [], [], [], [], []
         budget = n_batch
-        for i, s in enumerate(slots):
-            if s is None or budget == 0:
-                continue
+        live = [i for i, s in enumerate(slots) if s is not None]
+        order = sorted(live, key=lambda i: len(slots[i].tokens) - slots[i].fed > 1)  # stable: decoding first
+        for i in order:
+            s = slots[i]
+            if budget == 0:
+                break
             take = min(len(s.tokens) - s.fed, budget)
             for j in range(take):
                 p = s.fed + j

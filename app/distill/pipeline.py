@@ -27,7 +27,7 @@ import torch
 
 from app.bench.info import run_info
 from app.distill.card import write_card
-from app.distill.corpus import build_corpus, load_corpus, save_corpus, without_prompts_of
+from app.distill.corpus import LONG_ASK_TOKENS, build_corpus, load_corpus, save_corpus, without_prompts_of
 from app.distill.curve import HELDOUT_SETS, add_point, measure, plot_curve, without_heldout
 from app.distill.dataset import packed_data
 from app.distill.export import export_gguf, load_drafter_gguf
@@ -36,7 +36,7 @@ from app.distill.offline_text import load_documents, offline_documents, save_doc
 from app.distill.target_weights import TargetWeights
 from app.distill.teacher_forced import LabelConfig, label_text
 from app.distill.train import TrainConfig, bf16_is_fast, build_drafter, grow_layers, train
-from app.engine.llama_objects import ModelPlacement
+from app.engine.llama_objects import LlamaModel, ModelPlacement
 from gguf_tools.formats import trained_span
 from gguf_tools.reader import read_gguf
 from native.ggml_devices import list_devices
@@ -77,6 +77,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="corpus size (code + chat + document questions); made once per work folder")
     ap.add_argument("--code-share", type=float, default=0.5, help="share of code prompts in the corpus")
     ap.add_argument("--docs-share", type=float, default=0.15, help="share of document questions in the corpus")
+    ap.add_argument("--long-docs", type=int, default=0,
+                    help="long document questions in the corpus: retrieved over this machine's documentation and "
+                         "filled to 1-2.3k tokens of sources, as the bench's document answers read (their replies "
+                         "teach the drafter to read far context)")
+    ap.add_argument("--max-prompt-tokens", type=int, default=None,
+                    help="generate: longer prompts are skipped (default 384, or the long questions' size with "
+                         "--long-docs)")
     ap.add_argument("--max-new-tokens", type=int, default=160)
     ap.add_argument("--parallel", type=int, default=16, help="sequences decoded together while generating")
     ap.add_argument("--replies", type=int, default=2,
@@ -174,7 +181,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             n_code, n_docs = int(args.prompts * args.code_share), int(args.prompts * args.docs_share)
             say("building the prompt corpus (reads the installed Python sources and renders man pages: minutes)")
-            corpus = build_corpus(n_code=n_code, n_chat=args.prompts - n_code - n_docs, n_docs=n_docs, seed=args.seed)
+            corpus = build_corpus(n_code=n_code, n_chat=args.prompts - n_code - n_docs, n_docs=n_docs, seed=args.seed,
+                                  n_long_docs=args.long_docs, tokenizer=_tokenizer(target) if args.long_docs else None)
             work.mkdir(parents=True, exist_ok=True)
             save_corpus(corpus, corpus_file)
         corpus = without_heldout(corpus)
@@ -183,8 +191,10 @@ def main(argv: list[str] | None = None) -> int:
         say(f"corpus: {len(corpus)} prompts ({corpus_file}; HumanEval, the bench's prompts, the learning "
             f"curve's held-out prompts{' and the prompts of ' + ', '.join(map(str, earlier)) if earlier else ''} "
             "excluded)")
+        long_asks = any(p.kind == "docqa-long" for p in corpus)
         res = generate_dataset(target, corpus, data_dir, GenConfig(
             tap_layers=gen_taps, n_parallel=args.parallel, max_new_tokens=args.max_new_tokens,
+            max_prompt_tokens=args.max_prompt_tokens or (LONG_ASK_TOKENS[1] if long_asks else 384),
             replies=args.replies), progress=say,
             stop_after_s=chunk_s, placement=placement)
         res["gpu"] = args.gpu
@@ -267,6 +277,19 @@ def main(argv: list[str] | None = None) -> int:
                       warm_start=(Path(args.warm_start).name, prior, warm.n_layer) if args.warm_start else None)
     say(f"wrote {card}")
     return 0
+
+
+def _tokenizer(target: Path) -> tuple:
+    """(count_tokens, truncate) in the target's tokens, for the long document questions' sizes."""
+    model = LlamaModel(target)
+
+    def count(text: str) -> int:
+        return len(model.tokenize(text, add_special=False))
+
+    def truncate(text: str, n: int) -> str:
+        return model.detokenize(model.tokenize(text, add_special=False)[:max(n, 0)])
+
+    return count, truncate
 
 
 def _write_result(path: str | None, stage: str, result: dict) -> None:
