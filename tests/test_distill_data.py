@@ -202,6 +202,17 @@ def test_text_and_argmax_reply_labels_are_the_targets_choice_not_the_next_token(
         assert np.array_equal(b["labels"][:, 2].numpy(), want[a + 3]), (kind, argmax_labels)
 
 
+def test_a_text_window_draws_its_own_anchor_count() -> None:
+    from app.distill.train import TrainConfig, anchors_for  # noqa: PLC0415
+
+    feats = np.zeros((1, 4), np.uint16)
+    reply = Sequence(0, "code", True, np.arange(2), 1, feats, np.zeros((1, 2), np.int64), np.zeros((1, 2), np.float16))
+    window = Sequence(0, TEXT_KINDS[1], False, np.arange(2), 1, feats, reply.topk_ids, reply.topk_logits)
+    assert [anchors_for(s, TrainConfig(anchors_per_seq=32)) for s in (reply, window)] == [32, 32]
+    cfg = TrainConfig(anchors_per_seq=32, text_anchors_per_seq=256)
+    assert [anchors_for(s, cfg) for s in (reply, window)] == [32, 256]
+
+
 @pytest.mark.skipif(not Path("/usr/bin/man").exists() or not man_pages(), reason="no man(1) or man pages here")
 def test_man_pages_render_to_plain_paragraphs() -> None:
     pages = man_pages()

@@ -59,7 +59,9 @@ def write_card(out_gguf: Path, target: Path, ckpt_dir: Path, data_meta: dict, n_
         "",
         "## Training",
         "",
-        f"- {cfg['epochs']} epochs, {cfg['anchors_per_seq']} random anchors per sequence per epoch, block lengths "
+        f"- {cfg['epochs']} epochs, {cfg['anchors_per_seq']} random anchors per sequence per epoch"
+        + (f" ({cfg['text_anchors_per_seq']} per labelled text window)" if cfg.get("text_anchors_per_seq") else "")
+        + ", block lengths "
         f"{cfg['block_lengths']} (p={cfg['block_probs']}), AdamW lr {cfg['lr']}"
         + (f" (the {cfg['new_layers']} grown layer(s) at {cfg['new_layer_lr']})"
            if cfg.get("new_layers") and cfg.get("new_layer_lr") else "") + ", cosine with warm-up, clip "

@@ -98,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--draft-vocab", type=int, default=16384)
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--anchors", type=int, default=24, help="anchors per sequence per step")
+    ap.add_argument("--text-anchors", type=int, default=None,
+                    help="anchors per labelled text window per step (default: --anchors; a long window holds "
+                         "many more positions than a reply)")
     ap.add_argument("--lr", type=float, default=4e-4)
     ap.add_argument("--gamma", type=float, default=7.0)
     ap.add_argument("--kl-weight", type=float, default=0.5)
@@ -230,7 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     packed = work / f"packed-{tag}"
     data = packed_data([sources[x] for x in wanted], packed, taps, say)
     cfg = TrainConfig(n_layer=n_layers, draft_vocab=args.draft_vocab, epochs=args.epochs,
-                      anchors_per_seq=args.anchors, lr=args.lr, gamma=args.gamma, kl_weight=args.kl_weight,
+                      anchors_per_seq=args.anchors, text_anchors_per_seq=args.text_anchors, lr=args.lr,
+                      gamma=args.gamma, kl_weight=args.kl_weight,
                       reply_labels=args.reply_labels,
                       max_steps=args.max_steps, new_layer_lr=args.new_layer_lr,
                       bf16=bf16_is_fast(args.device) if args.bf16 is None else args.bf16,

@@ -43,6 +43,9 @@ class TrainConfig:
     block_lengths: list[int] = field(default_factory=lambda: [16, 8, 4])
     block_probs: list[float] = field(default_factory=lambda: [0.5, 0.3, 0.2])
     anchors_per_seq: int = 24
+    # anchors of a labelled text window (TEXT_KINDS), when set: a 2,048-token window holds 20x a reply's
+    # positions, and at a reply's count one epoch would read 1-2% of them (None: anchors_per_seq)
+    text_anchors_per_seq: int | None = None
     seqs_per_step: int = 4
     epochs: int = 3
     lr: float = 4e-4
@@ -305,6 +308,11 @@ def param_groups(model: Drafter, cfg: TrainConfig) -> list[dict]:
             {"params": [p for p in model.parameters() if id(p) in new], "lr": cfg.new_layer_lr}]
 
 
+def anchors_for(seq: Sequence, cfg: TrainConfig) -> int:
+    """Anchors drawn in one sequence per epoch: a labelled text window's own count where one is set."""
+    return cfg.text_anchors_per_seq if cfg.text_anchors_per_seq and seq.kind in TEXT_KINDS else cfg.anchors_per_seq
+
+
 def train(model: Drafter, data: DistillData, cfg: TrainConfig, ckpt_dir: Path,
           progress: Callable[[str], None] = print) -> dict:
     """Train (resuming from ckpt_dir/last.pt if present); returns the history."""
@@ -363,7 +371,7 @@ def train(model: Drafter, data: DistillData, cfg: TrainConfig, ckpt_dir: Path,
             for i in perm[s0:s0 + cfg.seqs_per_step]:
                 seq = data[int(i)]
                 block = int(rng.choice(cfg.block_lengths, p=cfg.block_probs))
-                b = make_batch(seq, model, cfg.anchors_per_seq, block, rng,
+                b = make_batch(seq, model, anchors_for(seq, cfg), block, rng,
                                argmax_labels=cfg.reply_labels == "argmax")
                 if b is None:
                     continue
