@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from app.distill.corpus import CorpusPrompt, build_corpus, long_document_asks
+from app.distill.corpus import CorpusPrompt, build_corpus, long_document_asks, tokenizer_of
 from app.distill.offline_text import OfflineDocument
 from app.engine.llama_objects import LlamaModel
 
@@ -33,8 +33,7 @@ def _docs(root: Path) -> list[OfflineDocument]:
 @pytest.fixture(scope="module")
 def tokenizer(gemma_target: Path):
     model = LlamaModel(gemma_target)
-    yield (lambda t: len(model.tokenize(t, add_special=False)),
-           lambda t, n: model.detokenize(model.tokenize(t, add_special=False)[:max(n, 0)]))
+    yield tokenizer_of(model)
     model.close()
 
 

@@ -29,10 +29,17 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from app.chat.format import ChatMessage, format_for_model, render_plain
 from app.distill.offline_text import OfflineDocument, debian_docs, man_pages, python_files, read_document
 from app.documents.answer import Source, build_prompt, conversation_renderer, source_block
+from app.documents.index import DocumentIndex
+from app.documents.indexer import Indexer
+from app.documents.retrieve import Retriever
+
+if TYPE_CHECKING:
+    from app.engine.llama_objects import LlamaModel
 
 
 @dataclass(frozen=True)
@@ -383,10 +390,6 @@ def long_document_asks(rng: random.Random, n: int, count_tokens: Callable[[str],
     to a size drawn from `sizes` (counted by `count_tokens`, the target's tokenizer). The questions
     name a document's command or package (and a man page's option), so its own chunks come first and
     others follow, as they do in a real answer over a folder."""
-    from app.documents.index import DocumentIndex  # noqa: PLC0415 - only a corpus with long asks needs them
-    from app.documents.indexer import Indexer  # noqa: PLC0415
-    from app.documents.retrieve import Retriever  # noqa: PLC0415
-
     docs = list(docs if docs is not None else debian_docs() + man_pages())
     rng.shuffle(docs)
     render = conversation_renderer(format_for_model(None))
@@ -421,6 +424,18 @@ def long_document_asks(rng: random.Random, n: int, count_tokens: Callable[[str],
                 if len(sources) > 1:
                     out.append(prompt)
     return out
+
+
+def tokenizer_of(model: LlamaModel) -> tuple[Callable[[str], int], Callable[[str, int], str]]:
+    """(count_tokens, truncate) in a loaded target's tokens: what long_document_asks sizes its prompts by."""
+
+    def count(text: str) -> int:
+        return len(model.tokenize(text, add_special=False))
+
+    def truncate(text: str, n: int) -> str:
+        return model.detokenize(model.tokenize(text, add_special=False)[:max(n, 0)])
+
+    return count, truncate
 
 
 def build_corpus(n_code: int = 1200, n_chat: int = 800, n_docs: int = 0, seed: int = 0,

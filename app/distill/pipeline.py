@@ -27,7 +27,14 @@ import torch
 
 from app.bench.info import run_info
 from app.distill.card import write_card
-from app.distill.corpus import LONG_ASK_TOKENS, build_corpus, load_corpus, save_corpus, without_prompts_of
+from app.distill.corpus import (
+    LONG_ASK_TOKENS,
+    build_corpus,
+    load_corpus,
+    save_corpus,
+    tokenizer_of,
+    without_prompts_of,
+)
 from app.distill.curve import HELDOUT_SETS, add_point, measure, plot_curve, without_heldout
 from app.distill.dataset import packed_data
 from app.distill.export import export_gguf, load_drafter_gguf
@@ -184,8 +191,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             n_code, n_docs = int(args.prompts * args.code_share), int(args.prompts * args.docs_share)
             say("building the prompt corpus (reads the installed Python sources and renders man pages: minutes)")
+            sizer = tokenizer_of(LlamaModel(target)) if args.long_docs else None  # long asks are sized in tokens
             corpus = build_corpus(n_code=n_code, n_chat=args.prompts - n_code - n_docs, n_docs=n_docs, seed=args.seed,
-                                  n_long_docs=args.long_docs, tokenizer=_tokenizer(target) if args.long_docs else None)
+                                  n_long_docs=args.long_docs, tokenizer=sizer)
             work.mkdir(parents=True, exist_ok=True)
             save_corpus(corpus, corpus_file)
         corpus = without_heldout(corpus)
@@ -281,19 +289,6 @@ def main(argv: list[str] | None = None) -> int:
                       warm_start=(Path(args.warm_start).name, prior, warm.n_layer) if args.warm_start else None)
     say(f"wrote {card}")
     return 0
-
-
-def _tokenizer(target: Path) -> tuple:
-    """(count_tokens, truncate) in the target's tokens, for the long document questions' sizes."""
-    model = LlamaModel(target)
-
-    def count(text: str) -> int:
-        return len(model.tokenize(text, add_special=False))
-
-    def truncate(text: str, n: int) -> str:
-        return model.detokenize(model.tokenize(text, add_special=False)[:max(n, 0)])
-
-    return count, truncate
 
 
 def _write_result(path: str | None, stage: str, result: dict) -> None:
