@@ -118,3 +118,18 @@ def test_engine_refuses_a_mismatched_drafter(gemma_target: Path, tiny_pair: tupl
     msg = str(ei.value)
     assert str(gemma_target) in msg and str(tiny_pair[1]) in msg
     assert "hidden size" in msg and "vocabulary" in msg
+
+
+def test_the_warm_up_leaves_nothing_behind(gemma_engine: Engine) -> None:
+    """Engine.warm_up (run at load: each pass at its largest size once, so that the first reply does not
+    pay llama.cpp's first touch of its buffers) leaves both caches empty and changes no reply."""
+    e = gemma_engine
+    prompt = e.tokenize(PROMPT)
+    params = GenerationParams(max_tokens=24, draft_max=4)
+    e.reset()  # both replies from empty caches: the same batches, the same rounding
+    first, _ = generate(e, prompt, params)
+    assert e.cache_positions() != (-1, -1)
+    e.warm_up()
+    assert e.cache_positions() == (-1, -1) and e.pending_rows == 0
+    again, ev = generate(e, prompt, params)
+    assert again == first and ev.stats.n_prompt_reused == 0

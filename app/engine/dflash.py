@@ -253,7 +253,30 @@ class Engine:
         self._n_pending = 0  # rows in _pending (read every step: kept, not summed)
         self.drafter_window = 0
         self.set_drafter_window(cfg.drafter_window)
+        self.warm_up()
         self.injected_rows = 0  # feature rows fed to the drafter since load (what a window saves)
+
+    def warm_up(self) -> None:
+        """One pass of each kind a speculative step makes, at its largest size, then empty caches: the
+        buffers llama.cpp sized at load are first touched here, not in the first reply. Without it the
+        first reply's first DFlash step cost ~1.5x its steady cost (the target's verify of 8 rows 28-35 ms
+        against 20-21, the drafter's block 6-7.5 ms against 1.7, its first prompt injection 11-12 ms
+        against 6-7; stop 52, scripts/first_reply.py's reply). llama.cpp's tools warm up the same way
+        (common_init decodes a short batch and clears the memory before the first request)."""
+        self.reset()  # (it forgets the cached conversation: its passes start at position 0)
+        n_vocab = self.target.n_vocab
+        rows = min(verify_rows_max(self.drafter.path if self.drafter is not None else None), self.n_ctx - 1)
+        ids = [(7 + 13 * i) % n_vocab for i in range(rows)]  # the tokens do not change a pass's cost
+        self._tbatch.set(ids, 0, True)
+        self.ctx.decode(self._tbatch)
+        self.ctx.greedy_rows(list(range(rows)))
+        if self.dctx is not None:
+            self.ctx.taps(rows)
+            n_feat = min(self._d_ubatch, self._dctx_cells - self.block_size)
+            if n_feat > 0:
+                self._inject(np.zeros((n_feat, len(self.target_layers) * self.target.n_embd), dtype=np.float32), 0)
+                self._draft(ids[0], n_feat, self.block_size - 1, GenerationStats(block_size=max(self.block_size, 2)))
+        self.reset()
 
     def _load_drafter(self, path: Path, cfg: EngineConfig, progress: Callable[[float], bool] | None) -> None:
         self.drafter = LlamaModel(path, cfg.drafter_placement, progress)
