@@ -47,3 +47,47 @@ def test_one_run_on_a_tiny_budget_writes_a_truthful_line(tmp_path: Path) -> None
     assert after and run["speedup_same_process"] == pytest.approx(tps / after, rel=1e-3)
     assert run["truthful"] and d["all_truthful"], run
     assert d["median_speedup_measured"] == run["speedup_measured"]
+
+
+def test_the_window_line_is_parsed_as_the_chat_shows_it() -> None:
+    """The window child's result line carries the chat's own line under the reply (message_stats_line of
+    the stored record); the parse reads the ratio from that text, as the user reads it."""
+    from app.session.summary import ReplySummary
+    from app.ui.chat_view import message_stats_line
+
+    s = ReplySummary(tau=1.9, tokens_per_s=120.14, speedup=1.2345, baseline_tokens_per_s=97.3,
+                     baseline_source="calibration", drafted=12, accepted=9, n_generated=19,
+                     drafted_by_source={"dflash": 12})
+    line = message_stats_line({"summary": s.to_dict()})
+    out = "qt noise\n" + first_reply.WINDOW_RESULT + json.dumps(
+        {"line": line, "status": "done", "tokens_per_s": 120.14, "baseline_tokens_per_s": 97.3,
+         "baseline_source": "calibration", "plain_after_tokens_per_s": 99.0}) + "\n"
+    r = first_reply.parse_window_result(out)
+    assert (r["tokens"], r["tokens_per_s"], r["tau"], r["speedup_printed"], r["baseline_printed"]) == (
+        19, 120.1, 1.9, 1.23, 97.3)
+    assert (r["baseline_source"], r["finish"], r["plain_after_tokens_per_s"]) == ("calibration", "done", 99.0)
+    plain = ReplySummary(tau=1.0, tokens_per_s=95.0, n_generated=19)  # no baseline: no ratio printed
+    out = first_reply.WINDOW_RESULT + json.dumps(
+        {"line": message_stats_line({"summary": plain.to_dict()}), "status": "done", "tokens_per_s": 95.0,
+         "baseline_tokens_per_s": None, "baseline_source": "", "plain_after_tokens_per_s": None})
+    assert first_reply.parse_window_result(out)["speedup_printed"] is None
+    with pytest.raises(ValueError):
+        first_reply.parse_window_result("no result here")
+
+
+@pytest.mark.slow
+def test_one_window_run_on_a_tiny_budget_writes_a_truthful_line(tmp_path: Path) -> None:
+    """One fresh window (offscreen, the bundled pair) answering 8 tokens, one plain: the chat's line
+    parses, its ratio is its tokens/s over its baseline, and plain after it in the same window was
+    measured (the truthfulness itself is the lead's quiet run: this machine is shared)."""
+    out = tmp_path / "first-reply-window.json"
+    assert first_reply.main(["--runs", "1", "--max-tokens", "8", "--window", "--json", str(out)]) == 0
+    d = json.loads(out.read_text())
+    assert d["where"] == "window"
+    (run,) = d["runs"]
+    spec, plain = run["speculative"], run["plain"]
+    assert spec["tokens"] == plain["tokens"] and 0 < spec["tokens"] <= 8
+    assert spec["finish"] == plain["finish"] == "done"
+    tps, base = spec["tokens_per_s"], spec["baseline_printed"]
+    assert spec["speedup_printed"] == pytest.approx(tps / base, abs=0.005 + tps / base * 0.05 / tps)
+    assert spec["plain_after_tokens_per_s"] and run["speedup_same_process"] is not None
