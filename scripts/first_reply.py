@@ -36,7 +36,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -116,33 +115,20 @@ def window_child(prompt: str, max_tokens: int, speculative: bool) -> int:
     """In this (fresh) process: the main window as `make run` opens it, on a throwaway database; one
     reply to `prompt`; then, when `speculative`, BASELINE_REPLIES plain replies in new chats (the
     same-process check). Prints WINDOW_RESULT + JSON."""
-    import statistics as st  # noqa: PLC0415
-
-    from PySide6.QtCore import QEventLoop, QTimer  # noqa: PLC0415 - Qt only in the child
-    from PySide6.QtWidgets import QApplication  # noqa: PLC0415
+    from PySide6.QtWidgets import QApplication  # noqa: PLC0415 - Qt only in the child
 
     from app.session.settings import ChatSettings  # noqa: PLC0415
     from app.store import Store  # noqa: PLC0415
     from app.ui.chat_view import message_stats_line  # noqa: PLC0415
+    from app.ui.event_wait import wait_until  # noqa: PLC0415
     from app.ui.main_window import K_GENERATION, MainWindow  # noqa: PLC0415
-
-    def wait(cond, timeout_s: float = 1500) -> None:  # noqa: ANN001
-        """The real event loop until cond() holds (a processEvents loop would spin on the GIL)."""
-        loop, t0 = QEventLoop(), time.time()
-        timer = QTimer()
-        timer.timeout.connect(lambda: (cond() or time.time() - t0 > timeout_s) and loop.quit())
-        timer.start(25)
-        if not cond():
-            loop.exec()
-        timer.stop()
-        if not cond():
-            raise TimeoutError("timed out waiting for the window")
 
     def reply(win: MainWindow) -> dict:
         win.input.setPlainText(prompt)
-        win.send()
-        wait(lambda: win.busy_conv is not None)
-        wait(lambda: win.busy_conv is None)
+        win.send()  # marks the chat busy at once, unless the message could not be sent
+        if win.busy_conv is None:
+            raise RuntimeError(f"the window did not start a reply: {win.banner.text()}")
+        wait_until(lambda: win.busy_conv is None, timeout_s=1500)
         m = [m for m in win.store.messages(win.current_conv) if m.role == "assistant"][-1]
         s = m.stats["summary"]
         return {"line": message_stats_line(m.stats), "status": m.status, "tokens_per_s": s["tokens_per_s"],
@@ -155,7 +141,7 @@ def window_child(prompt: str, max_tokens: int, speculative: bool) -> int:
         store.close()
         win = MainWindow(Path(tmp) / Store.FILENAME, documents_db=Path(tmp) / "documents.sqlite")
         win.show()
-        wait(lambda: win.model_info is not None and not win.loading)
+        wait_until(lambda: win.model_info is not None and not win.loading, timeout_s=1500)
         first = reply(win)
         after = None
         if speculative:
@@ -164,10 +150,9 @@ def window_child(prompt: str, max_tokens: int, speculative: bool) -> int:
             for _ in range(BASELINE_REPLIES):
                 win.new_conversation()
                 plain.append(reply(win)["tokens_per_s"])
-            after = st.median(plain)
+            after = statistics.median(plain)
         print(WINDOW_RESULT + json.dumps(first | {"plain_after_tokens_per_s": after}), flush=True)
-        win.close()
-        win.shutdown()
+        win.close()  # closeEvent shuts the window down: the worker stops, the database closes
         app.processEvents()
     return 0
 

@@ -56,11 +56,11 @@ def time_to_first_window(runs: int) -> list[float]:
 def ui_tokens_per_s(target: str, drafter: str | None, draft_max: int | None, max_tokens: int,
                     threads: int, reply_window: int | None = None, prompt: str = PROMPT) -> dict:
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    from PySide6.QtCore import QEventLoop, QTimer
     from PySide6.QtWidgets import QApplication
 
     from app.session.models import ModelSpec
     from app.store import Store
+    from app.ui.event_wait import wait_until
     from app.ui.main_window import MainWindow
 
     app = QApplication.instance() or QApplication([sys.argv[0]])
@@ -75,28 +75,10 @@ def ui_tokens_per_s(target: str, drafter: str | None, draft_max: int | None, max
         win.controller.worker.reply_window = reply_window
     win.show()
 
-    def wait(cond, timeout_s: float = 900) -> None:  # noqa: ANN001
-        """Run the real event loop until cond() holds. (A Python loop around processEvents would
-        spin on the GIL and the CPU, and slow the worker thread it is waiting for.)"""
-        loop, t0 = QEventLoop(), time.time()
-
-        def check() -> None:
-            if cond() or time.time() - t0 > timeout_s:
-                loop.quit()
-
-        timer = QTimer()
-        timer.timeout.connect(check)
-        timer.start(25)
-        if not cond():
-            loop.exec()
-        timer.stop()
-        if not cond():
-            sys.exit("timed out waiting for the app")
-
-    wait(lambda: win.model_info is not None and not win.loading)
+    wait_until(lambda: win.model_info is not None and not win.loading)
     win.input.setPlainText(prompt)
     win.send()
-    wait(lambda: win.busy_conv is None)
+    wait_until(lambda: win.busy_conv is None)
     msg = win.store.messages(win.current_conv)[-1]
     g = msg.stats["generation"]
     win.shutdown()
