@@ -2,7 +2,8 @@
 
     python scripts/screenshot.py [--out docs/screenshot.png] [--drafter D.gguf] [--draft-length 4]
 
-Starts its own Xvfb server when there is no DISPLAY (apt-get install xvfb), opens the real window on
+Starts its own Xvfb server when there is no DISPLAY (apt-get install xvfb libxcb-cursor0
+libxcb-icccm4 libxcb-keysyms1: Qt's xcb plugin needs the last three), opens the real window on
 a throwaway database with the bundled target, asks two questions and grabs the screen while the
 second reply is streaming (the worker is held at that step, so the picture is mid-reply). The
 drafter is the bundled one, or --drafter, or else a random one written once for the bundled
@@ -77,12 +78,13 @@ def main() -> int:
     xvfb = start_xvfb()
     if os.environ.get("QT_QPA_PLATFORM") == "offscreen":
         del os.environ["QT_QPA_PLATFORM"]  # a real X server: the picture is what a user sees
-    from PySide6.QtCore import QEventLoop, Qt, QTimer
+    from PySide6.QtCore import Qt
     from PySide6.QtWidgets import QApplication
 
     from app.bundled import default_target
     from app.session.models import ModelSpec
     from app.store import Store
+    from app.ui.event_wait import wait_until
     from app.ui.main_window import MainWindow
 
     app = QApplication([sys.argv[0]])
@@ -94,32 +96,14 @@ def main() -> int:
     store.set_setting("generation", {"max_tokens": args.max_tokens, "draft_length": dl})
     store.close()
 
-    def wait(cond, timeout_s: float = 900) -> None:  # noqa: ANN001
-        """Run the real event loop until cond() holds. (A Python loop around processEvents would
-        spin on the GIL and the CPU, and slow the worker thread it is waiting for.)"""
-        loop, t0 = QEventLoop(), time.time()
-
-        def check() -> None:
-            if cond() or time.time() - t0 > timeout_s:
-                loop.quit()
-
-        timer = QTimer()
-        timer.timeout.connect(check)
-        timer.start(25)
-        if not cond():
-            loop.exec()
-        timer.stop()
-        if not cond():
-            sys.exit("timed out waiting for the app")
-
     win = MainWindow(data / Store.FILENAME, model=ModelSpec(str(target), str(drafter), n_ctx=2048,
                                                                 n_threads=args.threads))
     win.resize(1500, 940)
     win.show()
-    wait(lambda: win.model_info is not None and not win.loading)
+    wait_until(lambda: win.model_info is not None and not win.loading)
     win.input.setPlainText(QUESTIONS[0])
     win.send()
-    wait(lambda: win.busy_conv is None)
+    wait_until(lambda: win.busy_conv is None)
 
     # hold the worker after N steps of the second reply: the grab shows it mid-stream
     release, steps = threading.Event(), []
@@ -132,9 +116,9 @@ def main() -> int:
     win.controller.worker.replyUpdate.connect(gate, Qt.ConnectionType.DirectConnection)
     win.input.setPlainText(QUESTIONS[1])
     win.send()
-    wait(lambda: len(steps) >= args.after_steps or win.busy_conv is None)
+    wait_until(lambda: len(steps) >= args.after_steps or win.busy_conv is None)
     t_end = time.time() + 0.5  # let the last queued step render
-    wait(lambda: time.time() > t_end)
+    wait_until(lambda: time.time() > t_end)
     win.chat_view.flush()
     app.processEvents()
     # the window's own rendering (under Xvfb with the xcb platform, as on a desktop): a screen grab
