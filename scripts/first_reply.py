@@ -42,6 +42,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from app.bench.info import run_info  # noqa: E402 - after the path
+from app.engine.calibration import CALIBRATION_DIR_ENV  # noqa: E402
 from app.ui.headless import BASELINE_REPLIES, HEADLESS_MAX_TOKENS, HEADLESS_PROMPT  # noqa: E402
 
 # "[19 tokens, 84.4 tok/s, tau 1.27, 0.88x vs plain 96.1 tok/s measured, stop]"
@@ -94,6 +95,7 @@ def run_once(speculative: bool, max_tokens: int, prompt: str, cache_dir: str | N
     env["PYTHONPATH"] = str(REPO)
     if cache_dir is not None:
         env["XDG_CACHE_HOME"] = cache_dir
+        env.pop(CALIBRATION_DIR_ENV, None)  # a fresh cache means the calibration's too
     if window:
         env["QT_QPA_PLATFORM"] = "offscreen"
         cmd = [sys.executable, str(Path(__file__).resolve()), "--window-child", "--max-tokens", str(max_tokens),

@@ -4,11 +4,17 @@ Gemma 3 270M target, a random drafter that fits it and the shipped drafter."""
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+# the session's own calibrations (engine processes inherit it): a cost model cached on this machine has
+# learned from its benches and chats, and a controller that read it declined to draft where a test
+# needs drafts (tests/test_server.py's penalties, after a day of 32k benches)
+# (app.engine.calibration.CALIBRATION_DIR_ENV, spelled out: importing the engine here would load it before any test)
+os.environ.setdefault("FLASHDESK_CALIBRATION_DIR", tempfile.mkdtemp(prefix="flashdesk-test-calibration-"))
 
 
 @pytest.fixture(scope="session")

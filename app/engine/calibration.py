@@ -257,7 +257,14 @@ def cache_key(engine: Engine) -> str:
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:20]
 
 
+CALIBRATION_DIR_ENV = "FLASHDESK_CALIBRATION_DIR"  # the test suite keeps its own (tests/conftest.py)
+
+
 def cache_dir() -> Path:
+    """Where cost models are kept: $FLASHDESK_CALIBRATION_DIR, else the user's cache. (A cached model
+    learns from every loop run on the machine, so what a run's controller chooses depends on it.)"""
+    if os.environ.get(CALIBRATION_DIR_ENV):
+        return Path(os.environ[CALIBRATION_DIR_ENV])
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "flashdesk" / "calibration"
 
