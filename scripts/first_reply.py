@@ -17,8 +17,8 @@ process's own speed (80-119 tok/s plain on one VM, stop 37) cancels.
 --window measures the window's first reply instead: each fresh process opens the real main window
 (offscreen, a throwaway database, the bundled pair as `make run` loads it), sends the same prompt,
 waits for the reply and reads the line the chat shows under it ("19 tokens · 120.1 tok/s · τ 1.90 ·
-1.23× vs measured plain · ..."; its plain speed is the window's baseline, from the cached calibration
-or a short plain run at load); then, in the same window, it answers the prompt plain BASELINE_REPLIES
+1.23× vs measured plain · ..."; its plain speed is the window's baseline, plain replies through the
+session at load: app.session.baseline); then, in the same window, it answers the prompt plain BASELINE_REPLIES
 times (new chats, speculation off in the settings) for the same-process check.
 
 A line is truthful when its printed ratio is within --tolerance of the one measured in the same process
@@ -43,7 +43,8 @@ sys.path.insert(0, str(REPO))
 
 from app.bench.info import run_info  # noqa: E402 - after the path
 from app.engine.calibration import CALIBRATION_DIR_ENV  # noqa: E402
-from app.ui.headless import BASELINE_REPLIES, HEADLESS_MAX_TOKENS, HEADLESS_PROMPT  # noqa: E402
+from app.session.baseline import BASELINE_REPLIES  # noqa: E402
+from app.ui.headless import HEADLESS_MAX_TOKENS, HEADLESS_PROMPT  # noqa: E402
 
 # "[19 tokens, 84.4 tok/s, tau 1.27, 0.88x vs plain 96.1 tok/s measured, stop]"
 LINE = re.compile(r"^\[(?P<tokens>\d+) tokens, (?P<tps>[\d.]+) tok/s, tau (?P<tau>[\d.]+)"

@@ -22,7 +22,7 @@ from app.engine.draft_policy import LOOKUP, DraftPolicy, FixedDraftLength
 from app.engine.events import FINISH_CANCELLED
 from app.engine.params import GenerationParams
 from app.engine.stats import GenerationStats
-from app.session.baseline import BASELINE_REQUEST, Baseline, measure_baseline
+from app.session.baseline import BASELINE_REQUEST, BASELINE_TOKENS, Baseline, plain_reply_baseline, scratch_store_beside
 from app.session.conversation_ops import ConversationError
 from app.session.documents import ChatDocuments
 from app.session.draft_sources import source_labels
@@ -100,9 +100,17 @@ class ChatSession:
         return None
 
     def measure_baseline(self) -> Baseline:
-        """Measure (once per loaded model) the plain-decoding speed replies are compared with."""
-        text = self.format.render([ChatMessage("user", BASELINE_REQUEST)])
-        self.baseline = measure_baseline(self.engine, text)
+        """Measure (once per loaded model) the plain-decoding speed replies are compared with: plain
+        replies through this engine and a scratch store beside this one (app.session.baseline), so
+        both sides of the ratio pay the same per-step work and nothing lands in the user's chats."""
+        store, files = scratch_store_beside(self.store)
+        try:
+            scratch = ChatSession(self.engine, store, documents=self.documents)
+            self.baseline = plain_reply_baseline(scratch, BASELINE_REQUEST, BASELINE_TOKENS)
+        finally:
+            store.close()
+            for f in files:
+                f.unlink(missing_ok=True)
         return self.baseline
 
     def prompt_messages(self, conv_id: int) -> list[ChatMessage]:

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import os
-import statistics
 import sys
 from typing import TextIO
 
-from app.engine.stats import GenerationStats
-from app.session.baseline import SOURCE_PLAIN_REPLY, Baseline
+from app.session.baseline import plain_reply_baseline
 from app.session.chat_session import ChatSession
 from app.session.conversation_ops import send_user_message
 from app.session.models import ModelSpec, bundled_spec, load_engine
@@ -26,8 +24,6 @@ def has_display() -> bool:
 
 
 HEADLESS_MAX_TOKENS = 32
-WARM_UP_TOKENS = 4  # the untimed reply before the plain baseline (plain_reply_baseline)
-BASELINE_REPLIES = 3  # timed plain replies, their median the baseline: one 19-token reply (~0.2 s) swings ~10%
 
 
 def run_headless(out: TextIO = sys.stdout, prompt: str = HEADLESS_PROMPT, max_tokens: int = HEADLESS_MAX_TOKENS,
@@ -46,7 +42,7 @@ def run_headless(out: TextIO = sys.stdout, prompt: str = HEADLESS_PROMPT, max_to
     store = Store(":memory:")  # nothing of this demo run is kept
     try:
         session = ChatSession(engine, store)
-        base = plain_reply_baseline(session, store, prompt, max_tokens)
+        base = plain_reply_baseline(session, prompt, max_tokens)
         session.baseline = base
         conv = store.create_conversation()
         send_user_message(store, conv.id, prompt)
@@ -59,33 +55,9 @@ def run_headless(out: TextIO = sys.stdout, prompt: str = HEADLESS_PROMPT, max_to
         print(f"\n\n[{s.n_generated} tokens, {s.tokens_per_s:.1f} tok/s, tau {s.tau:.2f}{speed}, "
               f"{last.finish_reason}]", file=out)
         if plain_after:
-            after = plain_reply_baseline(session, store, prompt, max_tokens, warm_up=False)
+            after = plain_reply_baseline(session, prompt, max_tokens, warm_up=False)
             print(f"[plain after: {after.tokens_per_s:.1f} tok/s]", file=out)
     finally:
         store.close()
         engine.close()
     return 0
-
-
-def plain_reply_baseline(session: ChatSession, store: Store, prompt: str, max_tokens: int,
-                         warm_up: bool = True) -> Baseline:
-    """The plain speed the line compares with: the same prompt answered with plain decoding through
-    the same session just before (in a conversation of its own), so that both replies pay the
-    session's per-step work and this moment's machine speed. (The cached calibration's plain step,
-    read before, was measured at another time without that work: a busy machine printed 58.99x
-    where the plain reply measured next to it gave 1.21x, scripts/first_reply.py.) A short untimed
-    reply goes first: the process's first decode pays the model's page faults and thread start-up,
-    and a baseline that pays them made the line overstate the speedup (printed 1.46x where a warm plain
-    process measured 1.30x, median of 10, stop 37). The median of BASELINE_REPLIES timed replies: two
-    plain replies in a row differed by up to 10%, and one baseline read 41.8 tok/s, half the ~80 of the
-    plain process next to it (stop 37)."""
-    if warm_up:
-        _plain_reply(session, store, prompt, WARM_UP_TOKENS)
-    stats = [_plain_reply(session, store, prompt, max_tokens) for _ in range(BASELINE_REPLIES)]
-    return Baseline(statistics.median(st.tokens_per_s for st in stats), SOURCE_PLAIN_REPLY, stats[0].n_generated)
-
-
-def _plain_reply(session: ChatSession, store: Store, prompt: str, max_tokens: int) -> GenerationStats:
-    conv = store.create_conversation()
-    send_user_message(store, conv.id, prompt)
-    return list(session.reply(conv.id, ChatSettings(max_tokens=max_tokens, speculative=False)))[-1].stats

@@ -13,6 +13,7 @@ import pytest
 
 from app.engine.stats import GenerationStats
 from app.errors import ContextOverflow
+from app.session.baseline import SOURCE_PLAIN_REPLY
 from app.session.chat_session import ChatSession, drafted_chars
 from app.session.conversation_ops import ConversationError, edit_user_message, prepare_regenerate, send_user_message
 from app.session.models import ModelSpec, load_engine
@@ -59,6 +60,32 @@ def test_every_step_is_in_the_database_before_it_is_shown(session: ChatSession, 
     final = other.message(u.message_id)
     assert final.stats["generation"]["k_history"] and final.stats["tps_series"] == [round(x, 2)
                                                                                   for x in u.tps_series]
+
+
+def test_the_baseline_is_plain_replies_beside_the_users_store_and_leaves_it_as_it_was(session: ChatSession,
+                                                                                      tmp_path: Path):
+    c = session.store.create_conversation(title="mine")
+    send_user_message(session.store, c.id, "hello")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    b = session.measure_baseline()
+    assert b.source == SOURCE_PLAIN_REPLY and b.tokens_per_s > 0 and b.n_tokens > 1
+    assert session.baseline is b
+    # the replies went to a scratch store in the same directory, removed after: the user's chats are as they were
+    assert [x.title for x in session.store.conversations()] == ["mine"]
+    assert [m.content for m in session.store.messages(c.id)] == ["hello"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_an_in_memory_stores_baseline_writes_nowhere(tiny_chat_pair, tmp_path: Path, monkeypatch):  # noqa: ANN001
+    monkeypatch.chdir(tmp_path)
+    engine = load_engine(ModelSpec(str(tiny_chat_pair[0]), str(tiny_chat_pair[1]), n_ctx=1024))
+    store = Store(":memory:")
+    try:
+        assert ChatSession(engine, store).measure_baseline().tokens_per_s > 0
+        assert store.conversations() == [] and list(tmp_path.iterdir()) == []
+    finally:
+        store.close()
+        engine.close()
 
 
 def test_a_killed_app_keeps_the_text_it_had_shown(tiny_chat_pair, tmp_path: Path):
