@@ -13,6 +13,7 @@ from __future__ import annotations
 import queue
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -20,6 +21,7 @@ from pathlib import Path
 from app.errors import FlashDeskError
 from app.host.abort_hook import abort_here_if_asked
 from app.host.protocol import (
+    UPDATE_INTERVAL_S,
     Ack,
     Cancel,
     Done,
@@ -171,11 +173,18 @@ class Host:
                 raise FlashDeskError("no model is loaded: load one in the Model tab")
             if flow.cancel.is_set():
                 return
+            held, sent_at = None, None  # a step not sent yet, and when the last one was
             for update in self._session.reply(conv, req.settings, flow.cancel):
+                update = update.after(held) if held is not None else update
+                now = time.monotonic()
+                if update.finish_reason is None and sent_at is not None and now - sent_at < UPDATE_INTERVAL_S:
+                    held = update  # stored already; the next update sent stands for it
+                    continue
+                held, sent_at = None, now
                 self.send(update)
                 abort_here_if_asked("reply")  # test hook: after the first reply step
                 if update.finish_reason is None:
-                    flow.acks.acquire()  # at most `window` steps ahead of what the window has shown
+                    flow.acks.acquire()  # at most `window` updates ahead of what the window has shown
         except FlashDeskError as e:
             self.send(Failed("reply", str(e), conv))
         except Exception as e:  # keep the app alive on any engine error; the message says what happened

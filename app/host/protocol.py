@@ -40,6 +40,13 @@ class Unload:
     pass
 
 
+# a reply's steps reach the window at most this often (the last step at once; the store has every one):
+# the window redraws a reply at most every 100 ms (app.ui.chat_view), and each update it is sent costs the
+# UI process ~1 ms of Python on the cores the decode shares (a plain reply in the window ran ~10% slower
+# than the same replies in the engine process alone, docs/bench/first-reply-window-cpu.json at 35eab9a)
+UPDATE_INTERVAL_S = 0.04
+
+
 @dataclass
 class Reply:
     conversation_id: int

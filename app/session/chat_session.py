@@ -54,6 +54,13 @@ class ReplyUpdate:
     def done(self) -> bool:
         return self.finish_reason is not None
 
+    def after(self, earlier: ReplyUpdate) -> ReplyUpdate:
+        """This update standing for `earlier`'s step as well (a window sent fewer updates than steps):
+        both steps' text as one delta, whose leading drafted chars run on into this step's only where
+        all of `earlier`'s text was drafted."""
+        lead = earlier.drafted_chars + (self.drafted_chars if earlier.drafted_chars == len(earlier.delta) else 0)
+        return dataclasses.replace(self, delta=earlier.delta + self.delta, drafted_chars=lead)
+
 
 class ChatSession:
     """Turns stored conversations into prompts and streams the engine's replies into the store."""

@@ -7,7 +7,8 @@ thread sends one request at a time to it and turns its messages into the
 signals below, so the UI never waits on the engine. Stop is a
 threading.Event per request, set directly from the UI thread; the worker
 passes it on to the child at once (the child stops after its step in flight;
-it runs at most REPLY_WINDOW steps ahead of what was shown).
+it runs at most REPLY_WINDOW updates ahead of what was shown, and sends a
+reply's steps at most every UPDATE_INTERVAL_S: the store has each one).
 
 The local server (app.server) runs its generations there too, on the loaded
 pair: WorkerExecutor queues each job into this thread (run_job), behind or

@@ -53,6 +53,20 @@ def test_send_streams_a_reply_and_updates_the_stats_panel(qtbot, open_window, ti
     assert w.conv_model.conversation_at(0).title == "hello there"
 
 
+def test_the_window_is_sent_fewer_updates_than_steps_and_loses_no_text(qtbot, open_window, tiny_spec,
+                                                                          tmp_path: Path):
+    # a tiny pair decodes a step in well under UPDATE_INTERVAL_S: most steps reach the window inside a
+    # later update, whose delta carries their text
+    w = open_window(tmp_path / "db.sqlite3", tiny_spec, generation={"max_tokens": 200})
+    updates = []
+    w.controller.worker.replyUpdate.connect(updates.append)
+    send(qtbot, w, "tell me a story")
+    stored = w.store.messages(w.current_conv)[-1]
+    steps = len(stored.stats["generation"]["k_history"])
+    assert 2 <= len(updates) < steps, (len(updates), steps)
+    assert "".join(u.delta for u in updates) == updates[-1].content == stored.content
+
+
 def test_stop_takes_effect_within_one_step(qtbot, open_window, tiny_spec, tmp_path: Path):
     w = open_window(tmp_path / "db.sqlite3", tiny_spec, generation=SHORT)
     w.settings_panel.max_tokens.setValue(400)

@@ -14,7 +14,7 @@ import pytest
 from app.engine.stats import GenerationStats
 from app.errors import ContextOverflow
 from app.session.baseline import SOURCE_PLAIN_REPLY
-from app.session.chat_session import ChatSession, drafted_chars
+from app.session.chat_session import ChatSession, ReplyUpdate, drafted_chars
 from app.session.conversation_ops import ConversationError, edit_user_message, prepare_regenerate, send_user_message
 from app.session.models import ModelSpec, load_engine
 from app.session.settings import AUTO, ChatSettings
@@ -208,6 +208,16 @@ def test_the_stats_panel_names_the_drafter_the_dflash_source_runs(qtbot, tiny_ch
     finally:
         store.close()
         engine.close()
+
+
+def test_an_update_after_another_carries_both_steps_text_and_its_leading_drafted_chars():
+    def update(delta: str, drafted: int) -> ReplyUpdate:
+        return ReplyUpdate(conversation_id=1, message_id=1, delta=delta, drafted_chars=drafted, content="",
+                           status=STATUS_STREAMING, stats=GenerationStats(), summary=None, record={})
+    assert update("cd", 2).after(update("ab", 2)).drafted_chars == 4  # all drafted: the run goes on
+    assert update("cd", 2).after(update("ab", 1)).drafted_chars == 1  # a target token ends the run
+    merged = update("e", 0).after(update("cd", 1).after(update("ab", 2)))
+    assert merged.delta == "abcde" and merged.drafted_chars == 3
 
 
 def test_drafted_chars_count_the_accepted_draft_tokens(session: ChatSession):
