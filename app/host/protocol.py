@@ -42,8 +42,10 @@ class Unload:
 
 # a reply's steps reach the window at most this often (the last step at once; the store has every one):
 # the window redraws a reply at most every 100 ms (app.ui.chat_view), and each update it is sent costs the
-# UI process ~1 ms of Python on the cores the decode shares (a plain reply in the window ran ~10% slower
-# than the same replies in the engine process alone, docs/bench/first-reply-window-cpu.json at 35eab9a)
+# UI process Python (unpickling, the message model) on the cores the decode shares, per step, where a GPU
+# streams hundreds a second. On this 2-core CPU at ~90 steps a second it made no difference within the
+# noise: a plain reply in the window still reads ~0.91x the engine process's own plain replies, before
+# and after (docs/bench/first-reply-window-cpu.json at 35eab9a and after this)
 UPDATE_INTERVAL_S = 0.04
 
 
