@@ -70,7 +70,9 @@ def main() -> int:
     ap.add_argument("--out", default=str(REPO / "docs" / "screenshot.png"))
     ap.add_argument("--drafter", help="drafter GGUF (default: the bundled one, else a random one)")
     ap.add_argument("--draft-length", default="auto", help="auto (the app's default) or 1..15")
-    ap.add_argument("--after-steps", type=int, default=10, help="grab after this many steps of the 2nd reply")
+    ap.add_argument("--after-steps", type=int, default=10,
+                    help="grab after this many window updates of the 2nd reply (each carries the steps "
+                         "decoded since the last: app.host.protocol.UPDATE_INTERVAL_S)")
     ap.add_argument("--max-tokens", type=int, default=160)
     ap.add_argument("--threads", type=int, default=0, help="llama.cpp threads (0: all cores)")
     args = ap.parse_args()
@@ -127,7 +129,7 @@ def main() -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     shot.save(str(out), "PNG")
-    print(f"wrote {out} ({shot.width()}x{shot.height()}), {len(steps)} steps into the reply", flush=True)
+    print(f"wrote {out} ({shot.width()}x{shot.height()}), {len(steps)} updates into the reply", flush=True)
     release.set()
     win.close()  # closeEvent stops the worker within a step and closes the database
     if xvfb is not None:
