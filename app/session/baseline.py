@@ -11,9 +11,10 @@ median, docs/bench/first-reply-window-cpu.json at 35eab9a.)
 
 from __future__ import annotations
 
-import os
 import statistics
 import tempfile
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -58,17 +59,20 @@ def plain_reply_baseline(session: ChatSession, prompt: str, max_tokens: int, war
     return Baseline(statistics.median(st.tokens_per_s for st in stats), SOURCE_PLAIN_REPLY, stats[0].n_generated)
 
 
-def scratch_store_beside(store: Store) -> tuple[Store, list[Path]]:
-    """A throwaway store that writes as `store` does (a file in its directory, the same pragmas; in
-    memory for an in-memory one), so that a baseline's replies pay the same per-step writes as the
-    user's without touching the user's conversations; and the files to delete after closing it."""
-    if str(store.path) == ":memory:":
-        return Store(":memory:"), []
-    fd, name = tempfile.mkstemp(prefix=".baseline-", suffix=".sqlite3", dir=Path(store.path).parent)
-    os.close(fd)
-    Path(name).unlink()  # only the unique name: Store makes the database
-    path = Path(name)
-    return Store(path), [path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")]
+@contextmanager
+def scratch_store_beside(store: Store) -> Iterator[Store]:
+    """A throwaway store that writes as `store` does (a file in a temporary folder beside it, the same
+    pragmas; in memory for an in-memory one), so that a baseline's replies pay the same per-step writes
+    as the user's without touching the user's conversations; removed, folder and all, on exit."""
+    with ExitStack() as stack:  # (unwound in reverse: the store closes before its folder goes)
+        if str(store.path) == ":memory:":
+            path: str | Path = ":memory:"
+        else:
+            path = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=".baseline-",
+                                                                        dir=Path(store.path).parent)))
+        scratch = Store(path)
+        stack.callback(scratch.close)
+        yield scratch
 
 
 def _plain_reply(session: ChatSession, prompt: str, max_tokens: int) -> GenerationStats:

@@ -110,14 +110,9 @@ class ChatSession:
         """Measure (once per loaded model) the plain-decoding speed replies are compared with: plain
         replies through this engine and a scratch store beside this one (app.session.baseline), so
         both sides of the ratio pay the same per-step work and nothing lands in the user's chats."""
-        store, files = scratch_store_beside(self.store)
-        try:
+        with scratch_store_beside(self.store) as store:
             scratch = ChatSession(self.engine, store, documents=self.documents)
             self.baseline = plain_reply_baseline(scratch, BASELINE_REQUEST, BASELINE_TOKENS)
-        finally:
-            store.close()
-            for f in files:
-                f.unlink(missing_ok=True)
         return self.baseline
 
     def prompt_messages(self, conv_id: int) -> list[ChatMessage]:
