@@ -238,3 +238,57 @@ def test_the_document_list_is_saved_as_it_was(tmp_path: Path) -> None:
     docs = _docs(tmp_path, 3)
     save_documents(docs, tmp_path / "documents.jsonl")
     assert load_documents(tmp_path / "documents.jsonl") == docs
+
+
+def test_replies_saved_as_tokens_relabel_to_what_generation_stored_and_resume(target: Path, tmp_path: Path) -> None:
+    from app.distill.reply_tokens import RelabelConfig, relabel_replies, write_reply_tokens
+
+    rng = random.Random(3)
+    prompts = [CorpusPrompt(f"p{i}", "chat" if i % 2 else "code", " ".join(rng.choice(WORDS) for _ in range(4 + i)),
+                            "raw") for i in range(8)]
+    # greedy and sampled replies, further ones from a prompt's cache, one batch over all of them
+    generate_dataset(target, prompts, tmp_path / "data", GenConfig(tap_layers=TAPS, n_parallel=4, max_new_tokens=12,
+                                                                   shard_size=5, greedy_fraction=0.5, n_threads=1,
+                                                                   replies=2, seed=1))
+    saved = write_reply_tokens(tmp_path / "data", tmp_path / "replies.npz")
+    assert saved["sequences"] == 16 and saved["reply_tokens"] == 16 * 12, saved
+    shard_bytes = sum(s.stat().st_size for s in (tmp_path / "data").glob("shard-*.npz"))
+    assert saved["bytes"] * 20 < shard_bytes, (saved, shard_bytes)  # tokens only: what a repository can keep
+
+    cfg = RelabelConfig(tap_layers=TAPS, shard_size=5, n_threads=1)
+    stopped = relabel_replies(target, [tmp_path / "replies.npz"], tmp_path / "re", cfg, stop_after_s=0)
+    assert stopped["sequences"] == 0 and stopped["prompts_left"] == 8, stopped
+    done = relabel_replies(target, [tmp_path / "replies.npz"], tmp_path / "re", cfg)
+    assert done["sequences"] == 16 and done["prompts_left"] == 0, done
+    assert relabel_replies(target, [tmp_path / "replies.npz"], tmp_path / "re", cfg)["sequences"] == 0
+
+    gen = DistillData(pack(tmp_path / "data", tmp_path / "packed-gen", TAPS))
+    rel = DistillData(pack(tmp_path / "re", tmp_path / "packed-re", TAPS))
+    where = {str(x): i for i, x in enumerate(rel.prompt_ids)}
+    assert sorted(where) == sorted(str(x) for x in gen.prompt_ids)
+    assert {bool(g) for g in gen.greedy} == {True, False}
+    for i in range(len(gen)):
+        a, b = gen[i], rel[where[str(gen.prompt_ids[i])]]
+        assert (a.kind, a.greedy, a.n_prompt) == (b.kind, b.greedy, b.n_prompt)
+        assert np.array_equal(a.tokens, b.tokens)
+        np.testing.assert_allclose(from_bf16(np.asarray(b.features)), from_bf16(np.asarray(a.features)),
+                                   rtol=1 / 64, atol=1e-3)
+        assert np.array_equal(a.topk_ids[:, 0], b.topk_ids[:, 0]), i
+        _assert_matches_fresh_decode(target, b, b.n_prompt)
+
+
+def test_a_reply_file_of_another_target_or_no_file_is_refused_by_name(target: Path, tmp_path: Path) -> None:
+    from app.distill.reply_tokens import RelabelConfig, relabel_replies, write_reply_tokens
+
+    other = write_tiny_target(tmp_path / "other.gguf", "gemma3", TinyShape(n_layer=4), seed=5)
+    generate_dataset(other, [CorpusPrompt("p0", "code", "the a of", "raw")], tmp_path / "data",
+                     GenConfig(tap_layers=TAPS, n_parallel=1, max_new_tokens=4, n_threads=1, replies=1))
+    write_reply_tokens(tmp_path / "data", tmp_path / "other.npz")
+    cfg = RelabelConfig(tap_layers=TAPS, n_threads=1)
+    with pytest.raises(ValueError, match="other.npz: replies of another target"):
+        relabel_replies(target, [tmp_path / "other.npz"], tmp_path / "re", cfg)
+    (tmp_path / "junk.npz").write_bytes(b"not a file of replies")
+    with pytest.raises(ValueError, match="junk.npz: not a reply-tokens file"):
+        relabel_replies(target, [tmp_path / "junk.npz"], tmp_path / "re", cfg)
+    with pytest.raises(ValueError, match="empty: no generated replies"):
+        write_reply_tokens(tmp_path / "empty", tmp_path / "x.npz")

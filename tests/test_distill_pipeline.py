@@ -138,3 +138,24 @@ def test_a_new_sessions_corpus_skips_the_prompts_of_earlier_work_folders(tmp_pat
     kept = without_prompts_of(ours, [earlier])
     assert [p.id for p in kept] == ["p0", "p2", "p3", "p5"]
     assert without_prompts_of(ours, []) == ours
+
+
+def test_replies_saved_on_one_machine_are_relabelled_and_trained_on_by_another(tmp_path: Path) -> None:
+    from app.cli import main
+
+    target = write_tiny_target(tmp_path / "target.gguf", "qwen3", TinyShape(n_layer=4), seed=4)
+    rng = random.Random(2)
+    prompts = [CorpusPrompt(f"p{i}", "code", " ".join(rng.choice(WORDS) for _ in range(6)), "raw") for i in range(10)]
+    here, there, file = tmp_path / "here", tmp_path / "there", tmp_path / "replies-s1.npz"
+    generate_dataset(target, prompts, here / "data", GenConfig(tap_layers=[1, 2, 3], n_parallel=4, max_new_tokens=16,
+                                                               replies=1))
+    assert main(["distill", "--target", str(target), "--work", str(here), "--gen-taps", "1,2,3", "--taps", "1,3",
+                 "--stage", "save-replies", "--replies-file", str(file)]) == 0
+    # another machine: no data folder, the file only; its replies land in a folder of their own
+    assert main(["distill", "--target", str(target), "--work", str(there), "--gen-taps", "1,2,3", "--taps", "1,3",
+                 "--stage", "relabel", "--replies-file", str(file)]) == 0
+    assert not (there / "data").exists() and list((there / "relabelled" / "replies-s1").glob("shard-*.npz"))
+    out = tmp_path / "drafter.gguf"
+    assert main(["distill", "--target", str(target), "--out", str(out), "--work", str(there), "--stage", "train",
+                 "--taps", "1,3", "--draft-vocab", "40", "--epochs", "1", "--anchors", "4", "--max-steps", "2"]) == 0
+    assert "- 10 sequences." in out.with_suffix(".md").read_text()

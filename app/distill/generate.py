@@ -228,7 +228,7 @@ def generate_dataset(target: Path, prompts: list[CorpusPrompt], out_dir: Path, c
     ctx.close()
     model.close()
     dt = time.time() - t0
-    add_seconds(out_dir, "generation_furthers", dt)
+    add_seconds(out_dir, "generation_seconds", dt)
     # where the time went: llama_decode (reply rows and prompt rows together) and everything else
     return {"sequences": n_seq, "further_replies": n_further, "further_replies_copied": n_copied,
             "response_tokens": n_tok, "prompt_tokens_decoded": n_prompt_fed,

@@ -9,7 +9,11 @@ time and resume where they stopped. `--warm-start D.gguf` trains on from a
 drafter (its draft vocabulary and weights; e.g. the shipped one), so a new
 session's data adds to what an earlier one taught. `--stage curve --drafter
 D.gguf` adds a drafter's point to the learning curve (app.distill.curve).
-Defaults scale with the target: drafter layers 1 (< 1B parameters),
+The replies outlive the machine as tokens only: `--stage save-replies
+--replies-file F.npz` writes them (a few MB; data/distill/ keeps the
+project's), `--stage relabel --replies-file F.npz` has a new machine's
+target read them again (relabelled/), faster than generating them, and
+training reads them with the replies generated here. Defaults scale with the target: drafter layers 1 (< 1B parameters),
 2 (< 4B) or 5, five tap layers spread DFlash-style and ending at the
 deepest layer input.
 """
@@ -40,6 +44,7 @@ from app.distill.dataset import packed_data
 from app.distill.export import export_gguf, load_drafter_gguf
 from app.distill.generate import GenConfig, generate_dataset
 from app.distill.offline_text import load_documents, offline_documents, save_documents
+from app.distill.reply_tokens import RelabelConfig, relabel_replies, write_reply_tokens
 from app.distill.target_weights import TargetWeights
 from app.distill.teacher_forced import LabelConfig, label_text
 from app.distill.train import TrainConfig, bf16_is_fast, build_drafter, grow_layers, train
@@ -133,9 +138,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--heldout", default="mixed", choices=sorted(HELDOUT_SETS),
                     help="curve: the held-out set (mixed: the curve's own, 40 of 96 prompts code; chat: emails, "
                          "stories and other-language stories; keep one --curve file per set)")
-    ap.add_argument("--stage", default="all", choices=["all", "generate", "label", "train", "export", "curve"],
+    ap.add_argument("--stage", default="all",
+                    choices=["all", "generate", "label", "save-replies", "relabel", "train", "export", "curve"],
                     help="generate: the target's replies (data/); label: the target's labels over offline text "
-                         "(text/); all: generate, then train and export; curve: a drafter's held-out point")
+                         "(text/); save-replies: data/'s replies as tokens only to --replies-file (small enough "
+                         "for the repository); relabel: the replies of --replies-file files read again by the "
+                         "target (relabelled/<file>/: what a new machine rebuilds instead of generating); all: "
+                         "generate, then train and export; curve: a drafter's held-out point")
+    ap.add_argument("--replies-file", help="save-replies: the file to write; relabel: the files to read (comma list)")
     ap.add_argument("--chunk-minutes", type=float, default=None,
                     help="generate/label: stop after this many minutes (re-run to resume)")
     ap.add_argument("--json", help="generate/label: write the run's result (what it made, how fast) here")
@@ -170,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
 
     data_dir = work / "data"
     text_dir = work / "text"
+    relabelled_dir = work / "relabelled"
     chunk_s = args.chunk_minutes * 60 if args.chunk_minutes is not None else None
     if args.stage == "curve":
         if not args.drafter:
@@ -181,6 +192,26 @@ def main(argv: list[str] | None = None) -> int:
         plot_curve(curve, curve_json.with_suffix(".png"))
         say(f"curve point: {json.dumps({k: point[k] for k in ('tokens', 'tau_k3', 'tau_block', 'tau_by_kind')})}; "
             f"{len(curve['points'])} points in {curve_json}")
+        return 0
+    if args.stage in ("save-replies", "relabel"):
+        if not args.replies_file:
+            ap.error(f"--stage {args.stage} needs --replies-file")
+        try:
+            if args.stage == "save-replies":
+                res = write_reply_tokens(data_dir, Path(args.replies_file).expanduser())
+            else:
+                res = {}
+                for f in [Path(x.strip()).expanduser() for x in args.replies_file.split(",")]:
+                    # a folder per file: corpus ids ("chat-12") repeat across sessions' corpora
+                    res[f.name] = relabel_replies(target, [f], relabelled_dir / f.name.removesuffix(".npz"),
+                                                  RelabelConfig(tap_layers=gen_taps), progress=say,
+                                                  stop_after_s=chunk_s, placement=placement)
+                    if res[f.name]["prompts_left"]:
+                        break
+        except ValueError as e:  # no data, another target's file, a file of another format
+            ap.error(str(e))
+        say(f"{args.stage}: {json.dumps(res)}")
+        _write_result(args.json, args.stage, res)
         return 0
     if not args.out:
         ap.error(f"--stage {args.stage} needs --out")
@@ -233,13 +264,15 @@ def main(argv: list[str] | None = None) -> int:
         _write_result(args.json, "label", res)
         return 0
 
-    sources = {"generated": data_dir, "text": text_dir}
+    # the target's replies: generated here, and relabelled from reply files (each in its own folder)
+    replies = [d for d in [data_dir, *sorted(relabelled_dir.glob("*"))] if (d / "meta.json").exists()] or [data_dir]
+    sources = {"generated": replies, "text": [text_dir]}
     wanted = [x.strip() for x in args.sources.split(",")]
     if unknown := [x for x in wanted if x not in sources]:
         ap.error(f"--sources: unknown {unknown}; expected generated and/or text")
     tag = "-".join(map(str, taps)) + ("" if wanted == ["generated"] else "-" + "+".join(wanted))
     packed = work / f"packed-{tag}"
-    data = packed_data([sources[x] for x in wanted], packed, taps, say)
+    data = packed_data([d for x in wanted for d in sources[x]], packed, taps, say)
     cfg = TrainConfig(n_layer=n_layers, draft_vocab=args.draft_vocab, epochs=args.epochs,
                       anchors_per_seq=args.anchors, text_anchors_per_seq=args.text_anchors, lr=args.lr,
                       gamma=args.gamma, kl_weight=args.kl_weight,
