@@ -12,7 +12,7 @@ D.gguf` adds a drafter's point to the learning curve (app.distill.curve).
 The replies outlive the machine as tokens only: `--stage save-replies
 --replies-file F.npz` writes them (a few MB; data/distill/ keeps the
 project's), `--stage relabel --replies-file F.npz` has a new machine's
-target read them again (relabelled/), faster than generating them, and
+target read them again (relabelled/; 1.2x generation's rate here), and
 training reads them with the replies generated here. Defaults scale with the target: drafter layers 1 (< 1B parameters),
 2 (< 4B) or 5, five tap layers spread DFlash-style and ending at the
 deepest layer input.
