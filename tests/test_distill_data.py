@@ -256,11 +256,11 @@ def test_replies_saved_as_tokens_relabel_to_what_generation_stored_and_resume(ta
     assert saved["bytes"] * 20 < shard_bytes, (saved, shard_bytes)  # tokens only: what a repository can keep
 
     cfg = RelabelConfig(tap_layers=TAPS, shard_size=5, n_threads=1)
-    stopped = relabel_replies(target, [tmp_path / "replies.npz"], tmp_path / "re", cfg, stop_after_s=0)
+    stopped = relabel_replies(target, tmp_path / "replies.npz", tmp_path / "re", cfg, stop_after_s=0)
     assert stopped["sequences"] == 0 and stopped["prompts_left"] == 8, stopped
-    done = relabel_replies(target, [tmp_path / "replies.npz"], tmp_path / "re", cfg)
+    done = relabel_replies(target, tmp_path / "replies.npz", tmp_path / "re", cfg)
     assert done["sequences"] == 16 and done["prompts_left"] == 0, done
-    assert relabel_replies(target, [tmp_path / "replies.npz"], tmp_path / "re", cfg)["sequences"] == 0
+    assert relabel_replies(target, tmp_path / "replies.npz", tmp_path / "re", cfg)["sequences"] == 0
 
     gen = DistillData(pack(tmp_path / "data", tmp_path / "packed-gen", TAPS))
     rel = DistillData(pack(tmp_path / "re", tmp_path / "packed-re", TAPS))
@@ -286,9 +286,9 @@ def test_a_reply_file_of_another_target_or_no_file_is_refused_by_name(target: Pa
     write_reply_tokens(tmp_path / "data", tmp_path / "other.npz")
     cfg = RelabelConfig(tap_layers=TAPS, n_threads=1)
     with pytest.raises(ValueError, match="other.npz: replies of another target"):
-        relabel_replies(target, [tmp_path / "other.npz"], tmp_path / "re", cfg)
+        relabel_replies(target, tmp_path / "other.npz", tmp_path / "re", cfg)
     (tmp_path / "junk.npz").write_bytes(b"not a file of replies")
     with pytest.raises(ValueError, match="junk.npz: not a reply-tokens file"):
-        relabel_replies(target, [tmp_path / "junk.npz"], tmp_path / "re", cfg)
+        relabel_replies(target, tmp_path / "junk.npz", tmp_path / "re", cfg)
     with pytest.raises(ValueError, match="empty: no generated replies"):
         write_reply_tokens(tmp_path / "empty", tmp_path / "x.npz")

@@ -10,12 +10,13 @@ drafter (its draft vocabulary and weights; e.g. the shipped one), so a new
 session's data adds to what an earlier one taught. `--stage curve --drafter
 D.gguf` adds a drafter's point to the learning curve (app.distill.curve).
 The replies outlive the machine as tokens only: `--stage save-replies
---replies-file F.npz` writes them (a few MB; data/distill/ keeps the
-project's), `--stage relabel --replies-file F.npz` has a new machine's
-target read them again (relabelled/; 1.2x generation's rate here), and
-training reads them with the replies generated here. Defaults scale with the target: drafter layers 1 (< 1B parameters),
-2 (< 4B) or 5, five tap layers spread DFlash-style and ending at the
-deepest layer input.
+--replies-file F.npz` writes them (under a byte a token; the project keeps
+its own in assets/distill/replies/), `--stage relabel --replies-file F.npz`
+has a new machine's target read them again (relabelled/; 1.2x generation's
+rate here), and training reads them with the replies generated here.
+Defaults scale with the target: drafter layers 1 (< 1B parameters), 2 (< 4B)
+or 5, five tap layers spread DFlash-style and ending at the deepest layer
+input.
 """
 
 from __future__ import annotations
@@ -203,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
                 res = {}
                 for f in [Path(x.strip()).expanduser() for x in args.replies_file.split(",")]:
                     # a folder per file: corpus ids ("chat-12") repeat across sessions' corpora
-                    res[f.name] = relabel_replies(target, [f], relabelled_dir / f.name.removesuffix(".npz"),
+                    res[f.name] = relabel_replies(target, f, relabelled_dir / f.name.removesuffix(".npz"),
                                                   RelabelConfig(tap_layers=gen_taps), progress=say,
                                                   stop_after_s=chunk_s, placement=placement)
                     if res[f.name]["prompts_left"]:

@@ -1,13 +1,14 @@
 """The target's replies as tokens only: the part of the distillation data that outlives a machine.
 
 A data folder (generate.py) keeps each reply's tapped features and top-K logits, ~6 KB a token with
-the bundled target's five taps: too large for anything but the machine that made it, and every new
-machine so far started with none (stops 49-55 lost 0.95M tokens that way). The tokens are 4 bytes
-each. `write_reply_tokens` saves a folder's sequences (id, kind, greedy or sampled, prompt length,
-tokens) to one compressed .npz small enough for the repository (data/distill/); `relabel_replies`
-rebuilds a data folder from such files with the target: one pass over each prompt and one over
-each of its replies (the replies of a prompt share its pass), every row an output, so the same
-features and top-K that generation stored, at a prefill's rate instead of decoding's.
+the bundled target's five taps: too large for anything but the machine that made it, and new machines
+started with none (stop 48's 717k labelled tokens and stop 49's 953k were lost that way). The tokens
+compress to under a byte each. `write_reply_tokens` saves a folder's sequences (id, kind, greedy or
+sampled, prompt length, tokens) to one compressed .npz small enough for the repository
+(assets/distill/replies/); `relabel_replies` rebuilds a data folder from such a file with the target:
+one pass over each prompt (its last row's logits the only ones output) and one over each of its
+replies with every row an output (the replies of a prompt share its pass), so the same features and
+top-K that generation stored, at a prefill's rate instead of decoding's.
 
 Resumable as the other sources are: sequences already in the folder's shards are skipped and
 `stop_after_s` ends a run between prompts.
@@ -66,7 +67,7 @@ def write_reply_tokens(data_dir: Path, out_file: Path) -> dict:
 
 
 @dataclass
-class _Reply:
+class Reply:
     id: str
     kind: str
     greedy: bool
@@ -74,7 +75,7 @@ class _Reply:
     n_prompt: int
 
 
-def read_reply_tokens(path: Path, target_sha: str | None = None) -> list[_Reply]:
+def read_reply_tokens(path: Path, target_sha: str | None = None) -> list[Reply]:
     """A file's sequences; with `target_sha`, a file of another target is refused."""
     try:
         z = np.load(path)
@@ -87,26 +88,26 @@ def read_reply_tokens(path: Path, target_sha: str | None = None) -> list[_Reply]
         raise ValueError(f"{path}: replies of another target ({header['target']}), not this one")
     ends = np.cumsum(z["lengths"])
     toks = z["tokens"]
-    return [_Reply(str(i), str(k), bool(g), toks[e - n:e].tolist(), int(p))
+    return [Reply(str(i), str(k), bool(g), toks[e - n:e].tolist(), int(p))
             for i, k, g, p, n, e in zip(z["prompt_ids"], z["kinds"], z["greedy"], z["n_prompt"], z["lengths"], ends)]
 
 
-def relabel_replies(target: Path, files: list[Path], out_dir: Path, cfg: RelabelConfig,
+def relabel_replies(target: Path, file: Path, out_dir: Path, cfg: RelabelConfig,
                     progress: Callable[[str], None] | None = None, stop_after_s: float | None = None,
                     placement: ModelPlacement | None = None) -> dict:
-    """The sequences of `files` not yet in `out_dir`, read by the target into its shards; returns
+    """The sequences of `file` not yet in `out_dir`, read by the target into its shards; returns
     counts and throughput."""
     model = LlamaModel(target, placement)
     meta = data_meta(target, cfg.tap_layers, model.n_embd, model.n_vocab, cfg.top_k_store)
-    replies = [r for f in files for r in read_reply_tokens(f, meta["target_sha"])]
+    replies = read_reply_tokens(file, meta["target_sha"])
     writer = ShardWriter(out_dir, meta, cfg.shard_size)
     done = writer.done_ids()
-    groups: dict[str, list[_Reply]] = {}  # a prompt's replies, in their order (the first, then "~2", ...)
+    groups: dict[str, list[Reply]] = {}  # a prompt's replies, in their order (the first, then "~2", ...)
     for r in replies:
         if r.id not in done:
             groups.setdefault(r.id.split(SIBLING)[0], []).append(r)
     if progress:
-        progress(f"{len(replies)} replies in {len(files)} file(s), {len(replies) - sum(map(len, groups.values()))} "
+        progress(f"{len(replies)} replies in {file.name}, {len(replies) - sum(map(len, groups.values()))} "
                  f"already in {out_dir}, {len(groups)} prompts to read")
     n_ctx = max((len(r.tokens) for g in groups.values() for r in g), default=1)
     ctx = LlamaContext(model, ContextConfig(n_ctx=n_ctx, n_batch=BATCH, n_ubatch=BATCH, n_threads=cfg.n_threads))
