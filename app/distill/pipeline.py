@@ -172,11 +172,11 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(args.work).expanduser() if args.work else Path.home() / ".cache" / "flashdesk" / "distill" / target.stem
     # a warm start reads the taps and keeps the layers of the drafter it starts from (more with --layers)
     warm = read_gguf(Path(args.warm_start).expanduser()) if args.warm_start else None
-    warm_taps = [int(x) for x in warm.arch_get("target_layers")] if warm else None
-    if warm_taps is None and default_drafter() and is_default_target(target):
-        # the shipped drafter's taps: data made with others could never warm-start it
-        warm_taps = [int(x) for x in read_gguf(default_drafter()).arch_get("target_layers")]
-    taps = ([int(x) for x in args.taps.split(",")] if args.taps else warm_taps or default_taps(info.n_layer))
+    # without one, on the bundled target the shipped drafter's taps: data made with others could never warm-start it
+    taps_of = warm if warm is not None else (
+        read_gguf(default_drafter()) if not args.taps and default_drafter() and is_default_target(target) else None)
+    drafter_taps = [int(x) for x in taps_of.arch_get("target_layers")] if taps_of else None
+    taps = ([int(x) for x in args.taps.split(",")] if args.taps else drafter_taps or default_taps(info.n_layer))
     gen_taps = sorted({*taps, *([int(x) for x in args.gen_taps.split(",")] if args.gen_taps else [])})
     n_params = sum(t.n_elements for t in info.tensors)
     n_layers = max(warm.n_layer, args.layers or 0) if warm else args.layers or default_drafter_layers(n_params)
