@@ -70,7 +70,7 @@ def plot_verify_cost(result: dict, out: str | Path) -> Path:
     """A PNG of a `flashdesk verify-cost` result: pass time relative to one token, per n."""
     fig, ax = plt.subplots(figsize=(7, 4.5))
     sizes = [str(n) for n in result["sizes"]]
-    for kind in ("flashdesk", "stock"):
+    for kind in ("flashdesk", "stock", "other"):
         if kind in result:
             ax.plot([int(n) for n in sizes], [result[kind]["relative"][n] for n in sizes], "o-",
                     label=f"{kind} ({result[kind]['ms']['1']:.1f} ms at n=1)")

@@ -11,7 +11,10 @@ measured twice per round (`1` and `1-again`): their ratio is the noise band.
 `--compare-stock` measures the same build twice more, in separate processes
 with the FlashDesk CPU kernels switched off (GGML_CPU_SMALLBATCH=0,
 GGML_CPU_FA_SMALL=0: llama.cpp's own kernels), alternating processes round
-by round.
+by round. `--compare-build DIR` does the same against another native build (a folder as
+`python -m native.build` writes one: build_info.json and lib/), e.g. a kernel change built beside
+the cached one: two builds on a drifting VM are compared only this way (stop 57: separate runs of
+one build read up to 36% apart).
 """
 
 from __future__ import annotations
@@ -77,14 +80,22 @@ def _p10_p90(xs: list[float]) -> tuple[float, float]:
 
 
 def run(target: Path, ns: list[int], rounds: int, compare_stock: bool, n_threads: int = 0,
-        n_gpu_layers: int = 0) -> dict:
+        n_gpu_layers: int = 0, compare_build: Path | None = None) -> dict:
     """Measure in child processes (the kernels are chosen when the library loads): ours, and
-    with --compare-stock the stock kernels, alternating one round at a time."""
-    kinds = ["flashdesk"] + (["stock"] if compare_stock else [])
+    with --compare-stock the stock kernels, with --compare-build another build's, alternating one
+    round at a time."""
+    envs = {"flashdesk": {}}
+    if compare_stock:
+        envs["stock"] = STOCK_ENV
+    if compare_build is not None:
+        if not (compare_build / "build_info.json").is_file() or not (compare_build / "lib").is_dir():
+            raise ValueError(f"{compare_build}: not a native build folder (build_info.json and lib/)")
+        envs["other"] = {"FLASHDESK_LLAMA_LIB": str(compare_build / "lib")}  # lib.build_info reads its parent
+    kinds = list(envs)
     acc: dict[str, dict[str, list[float]]] = {k: {} for k in kinds}
     for r in range(rounds):
         for kind in kinds:
-            env = os.environ | (STOCK_ENV if kind == "stock" else {})
+            env = os.environ | envs[kind]
             cmd = [sys.executable, "-m", "app.bench.verify_cost", str(target), ",".join(map(str, ns)), "1",
                    str(n_threads), str(n_gpu_layers)]
             res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
@@ -97,9 +108,11 @@ def run(target: Path, ns: list[int], rounds: int, compare_stock: bool, n_threads
                  "sizes": ns, "n_gpu_layers": n_gpu_layers}
     for kind in kinds:
         out[kind] = summarize(acc[kind])
-    if compare_stock:
-        out["flashdesk_over_stock"] = {k: round(out["flashdesk"]["ms"][k] / out["stock"]["ms"][k], 3)
-                                       for k in out["flashdesk"]["ms"]}
+    for kind in kinds[1:]:
+        out[f"flashdesk_over_{kind}"] = {k: round(out["flashdesk"]["ms"][k] / out[kind]["ms"][k], 3)
+                                         for k in out["flashdesk"]["ms"]}
+    if compare_build is not None:
+        out["other_build"] = str(compare_build)
     return out
 
 

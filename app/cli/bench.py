@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
-from app.bench import context_cost, near_ties, plot, prompt_sets, runner, verify_cost
-from app.bench.info import emit_result
+from app.bench import context_cost, head_cost, near_ties, plot, prompt_sets, runner, verify_cost
+from app.bench.info import emit_result, run_info
 from app.bundled import default_target
 from app.cli.common import add_model_args, open_engine
 from app.engine.calibration import calibrate
@@ -51,9 +52,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     v.add_argument("--gpu", action="store_true", help="all layers on the GPU (a CUDA build: FLASHDESK_CUDA=1)")
     v.add_argument("--compare-stock", action="store_true",
                    help="also measure llama.cpp's stock CPU kernels (same build, kernels switched off)")
+    v.add_argument("--compare-build", type=Path, metavar="DIR",
+                   help="also measure another native build (a folder with build_info.json and lib/), "
+                        "alternating processes round by round")
     v.add_argument("--json", help="also write the result to this file")
     v.add_argument("--plot", help="also draw it to this PNG")
     v.set_defaults(func=cmd_verify_cost)
+
+    hc = sub.add_parser("head-cost", help="the small-batch Q8_0 matmul alone at the bundled target's output head, "
+                        "n = 1..8 columns, against other CPU backend builds in the same process (JSON)")
+    hc.add_argument("--lib", type=Path, action="append", default=[], metavar="SO",
+                    help="another build's libggml-cpu-<variant>.so to time beside this one (repeatable)")
+    hc.add_argument("--threads", type=int, default=0, help="CPU threads (default: all cores)")
+    hc.add_argument("--rounds", type=int, default=30, help="rounds over every n and library (default 30)")
+    hc.add_argument("--reps", type=int, default=7, help="timed passes per cell, their median kept (default 7)")
+    hc.add_argument("--rows", type=int, default=head_cost.HEAD_M, help="output rows (default 262144, the head)")
+    hc.add_argument("--json", help="also write the result to this file")
+    hc.set_defaults(func=cmd_head_cost)
 
     cc = sub.add_parser("context-cost", help="a loop step's costs by context length: verify(n), the drafter's "
                         "pass and injection at 2k..32k cached tokens, against the cost model (JSON)")
@@ -171,8 +186,15 @@ def cmd_context_cost(args: argparse.Namespace) -> int:
 def cmd_verify_cost(args: argparse.Namespace) -> int:
     target = Path(args.target) if args.target else default_target()
     sizes = [int(x) for x in args.sizes.split(",")]
-    out = verify_cost.run(target, sizes, args.rounds, args.compare_stock, args.threads, 999 if args.gpu else 0)
+    out = verify_cost.run(target, sizes, args.rounds, args.compare_stock, args.threads, 999 if args.gpu else 0,
+                          args.compare_build)
     return emit_result(out, args.json, args.plot, plot.plot_verify_cost)
+
+
+def cmd_head_cost(args: argparse.Namespace) -> int:
+    threads = args.threads or os.cpu_count() or 1
+    out = {"run": run_info(threads), **head_cost.run(args.lib, threads, args.rounds, args.reps, m=args.rows)}
+    return emit_result(out, args.json)
 
 
 def cmd_near_ties(args: argparse.Namespace) -> int:
