@@ -1,4 +1,5 @@
-// Head-only microbenchmark of patch 0003's small-batch matmul (native/head_bench.py runs it):
+// Head-only microbenchmark of patch 0003's small-batch matmul (`flashdesk head-cost`:
+// app/bench/head_cost.py compiles and runs it):
 // y = W x for a random Q8_0 W of K x M (the bundled target's tied head: 640 x 262144) held in the
 // CPU_SMALLBATCH buffer, x of n = 1..nmax columns, through one or more CPU backend libraries
 // loaded side by side in this process (an A/B of two builds). Each round visits every n in a
