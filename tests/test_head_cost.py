@@ -6,13 +6,14 @@ from __future__ import annotations
 import pytest
 
 from app.bench import head_cost
+from app.bench.kernel_bench import paired_ratios
 from native.lib import build_info, cpu_variant
 
 
 def test_paired_ratios_are_taken_round_by_round():
     builds = [{"lib": "a", "rounds_ms": [[1.0, 2.0, 4.0], [2.0, 2.0, 2.0]]},
               {"lib": "b", "rounds_ms": [[2.0, 2.0, 4.0], [1.0, 1.0, 3.0]]}]
-    (b,) = head_cost.paired_ratios(builds)
+    (b,) = paired_ratios(builds, ["1", "2"])
     assert b["lib"] == "b"
     assert b["over_first"]["1"][0] == 1.0  # ratios 2, 1, 1: the median pairs each round with its own
     assert b["over_first"]["2"] == [0.5, 0.5, 1.0]

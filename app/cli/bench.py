@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from app.bench import context_cost, head_cost, near_ties, plot, prompt_sets, runner, verify_cost
+from app.bench import attn_cost, context_cost, head_cost, near_ties, plot, prompt_sets, runner, verify_cost
 from app.bench.info import emit_result, run_info
 from app.bundled import default_target
 from app.cli.common import add_model_args, open_engine
@@ -69,6 +69,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     hc.add_argument("--rows", type=int, default=head_cost.HEAD_M, help="output rows (default 262144, the head)")
     hc.add_argument("--json", help="also write the result to this file")
     hc.set_defaults(func=cmd_head_cost)
+
+    ac = sub.add_parser("attn-cost", help="the small-batch flash attention alone at the bundled target's shape, "
+                        "by cached cells and query rows, against other CPU backend builds in the same process (JSON)")
+    ac.add_argument("--lib", type=Path, action="append", default=[], metavar="SO",
+                    help="another build's libggml-cpu-<variant>.so to time beside this one (repeatable)")
+    ac.add_argument("--threads", type=int, default=0, help="CPU threads (default: all cores)")
+    ac.add_argument("--contexts", default=",".join(map(str, attn_cost.CONTEXTS)),
+                    help="cached cells (default 2048,8192,32768)")
+    ac.add_argument("--sizes", default=",".join(map(str, attn_cost.SIZES)), help="query rows n (default 1,2,3,4,8,16)")
+    ac.add_argument("--rounds", type=int, default=10, help="rounds over every cell and library (default 10)")
+    ac.add_argument("--reps", type=int, default=5, help="timed passes per cell, their median kept (default 5)")
+    ac.add_argument("--json", help="also write the result to this file")
+    ac.set_defaults(func=cmd_attn_cost)
 
     cc = sub.add_parser("context-cost", help="a loop step's costs by context length: verify(n), the drafter's "
                         "pass and injection at 2k..32k cached tokens, against the cost model (JSON)")
@@ -194,6 +207,14 @@ def cmd_verify_cost(args: argparse.Namespace) -> int:
 def cmd_head_cost(args: argparse.Namespace) -> int:
     threads = args.threads or os.cpu_count() or 1
     out = {"run": run_info(threads), **head_cost.run(args.lib, threads, args.rounds, args.reps, m=args.rows)}
+    return emit_result(out, args.json)
+
+
+def cmd_attn_cost(args: argparse.Namespace) -> int:
+    threads = args.threads or os.cpu_count() or 1
+    contexts = tuple(int(x) for x in args.contexts.split(","))
+    sizes = tuple(int(x) for x in args.sizes.split(","))
+    out = {"run": run_info(threads), **attn_cost.run(args.lib, threads, args.rounds, args.reps, contexts, sizes)}
     return emit_result(out, args.json)
 
 
