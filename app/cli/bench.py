@@ -61,26 +61,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     hc = sub.add_parser("head-cost", help="the small-batch Q8_0 matmul alone at the bundled target's output head, "
                         "n = 1..8 columns, against other CPU backend builds in the same process (JSON)")
-    hc.add_argument("--lib", type=Path, action="append", default=[], metavar="SO",
-                    help="another build's libggml-cpu-<variant>.so to time beside this one (repeatable)")
-    hc.add_argument("--threads", type=int, default=0, help="CPU threads (default: all cores)")
-    hc.add_argument("--rounds", type=int, default=30, help="rounds over every n and library (default 30)")
-    hc.add_argument("--reps", type=int, default=7, help="timed passes per cell, their median kept (default 7)")
+    add_kernel_bench_args(hc, rounds=30, reps=7)
     hc.add_argument("--rows", type=int, default=head_cost.HEAD_M, help="output rows (default 262144, the head)")
-    hc.add_argument("--json", help="also write the result to this file")
     hc.set_defaults(func=cmd_head_cost)
 
     ac = sub.add_parser("attn-cost", help="the small-batch flash attention alone at the bundled target's shape, "
                         "by cached cells and query rows, against other CPU backend builds in the same process (JSON)")
-    ac.add_argument("--lib", type=Path, action="append", default=[], metavar="SO",
-                    help="another build's libggml-cpu-<variant>.so to time beside this one (repeatable)")
-    ac.add_argument("--threads", type=int, default=0, help="CPU threads (default: all cores)")
+    add_kernel_bench_args(ac, rounds=10, reps=5)
     ac.add_argument("--contexts", default=",".join(map(str, attn_cost.CONTEXTS)),
                     help="cached cells (default 2048,8192,32768)")
     ac.add_argument("--sizes", default=",".join(map(str, attn_cost.SIZES)), help="query rows n (default 1,2,3,4,8,16)")
-    ac.add_argument("--rounds", type=int, default=10, help="rounds over every cell and library (default 10)")
-    ac.add_argument("--reps", type=int, default=5, help="timed passes per cell, their median kept (default 5)")
-    ac.add_argument("--json", help="also write the result to this file")
     ac.set_defaults(func=cmd_attn_cost)
 
     cc = sub.add_parser("context-cost", help="a loop step's costs by context length: verify(n), the drafter's "
@@ -194,6 +184,16 @@ def cmd_context_cost(args: argparse.Namespace) -> int:
     finally:
         engine.close()
     return emit_result(out, args.json, args.plot, plot.plot_context_cost)
+
+
+def add_kernel_bench_args(p: argparse.ArgumentParser, rounds: int, reps: int) -> None:
+    """The options of the in-process kernel microbenchmarks (app/bench/kernel_bench.py)."""
+    p.add_argument("--lib", type=Path, action="append", default=[], metavar="SO",
+                   help="another build's libggml-cpu-<variant>.so to time beside this one (repeatable)")
+    p.add_argument("--threads", type=int, default=0, help="CPU threads (default: all cores)")
+    p.add_argument("--rounds", type=int, default=rounds, help=f"rounds over every cell and library (default {rounds})")
+    p.add_argument("--reps", type=int, default=reps, help=f"timed passes per cell, their median kept (default {reps})")
+    p.add_argument("--json", help="also write the result to this file")
 
 
 def cmd_verify_cost(args: argparse.Namespace) -> int:
