@@ -2,8 +2,8 @@
 and query rows.
 
 At long context a step's cost past the weights is attention over the cache, and what a verify of n
-tokens adds to a plain step is mostly its extra rows there (`flashdesk context-cost`: verify(2) 1.10x
-plain at 2k cells, 1.24x at 32k). This times one attention op at the bundled target's global-layer
+tokens adds to a plain step is mostly its extra rows there (stop 57's `flashdesk context-cost`: verify(2)
+1.10x plain at 2k cells, 1.24x at 32k). This times one attention op at the bundled target's global-layer
 shape (head size 256, 4 query heads sharing 1 KV head, F16 K/V, a causal mask over the verified
 tokens) for every (cells, rows) pair, through this build's CPU backend and any other build's
 (`--lib`) in the same process, interleaved as `head-cost` does, with paired ratios per round.

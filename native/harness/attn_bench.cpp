@@ -6,7 +6,7 @@
 // visits every cell in a random order and, for each cell, every library back to back in a random
 // order; a round's time is the median of `reps` timed passes after one untimed one.
 //   attn_bench <threads> <rounds> <reps> <head_dim> <heads> <kv_heads> <kv,kv,...> <n,n,...> <libggml-cpu-*.so>...
-// prints one JSON object: {threads, rounds, reps, head_dim, heads, kv_heads, cells: ["kv x n"],
+// prints one JSON object: {threads, rounds, reps, head_dim, heads, kv_heads, cells: ["<kv>x<n>"],
 //                          builds: [{lib, median_ms[cell], rounds_ms[cell][round]}]}
 #include "ggml.h"
 #include "ggml-alloc.h"
