@@ -13,8 +13,9 @@
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
 
+#include "bench_common.h"
+
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -69,12 +70,8 @@ int main(int argc, char ** argv) {
     for (int a = 9; a < argc; a++) {
         Build b;
         b.path = argv[a];
-        ggml_backend_reg_t reg = ggml_backend_load(argv[a]);
-        if (!reg) { fprintf(stderr, "cannot load %s\n", argv[a]); return 1; }
-        b.backend = ggml_backend_dev_init(ggml_backend_reg_dev_get(reg, 0), nullptr);
-        auto set_threads = (ggml_backend_set_n_threads_t) ggml_backend_reg_get_proc_address(reg, "ggml_backend_set_n_threads");
-        if (!b.backend || !set_threads) { fprintf(stderr, "%s: not a CPU backend\n", argv[a]); return 1; }
-        set_threads(b.backend, threads);
+        b.backend = bench_load_backend(argv[a], threads);
+        if (!b.backend) return 1;
         for (const Cell & c : cells) {
             ggml_init_params gp = {ggml_tensor_overhead() * 8 + ggml_graph_overhead(), nullptr, true};
             ggml_context * g = ggml_init(gp);
@@ -106,49 +103,16 @@ int main(int argc, char ** argv) {
         }
         builds.push_back(b);
     }
-    const size_t NC = cells.size();
-    std::vector<std::vector<std::vector<double>>> ms(builds.size(), std::vector<std::vector<double>>(NC));
-    std::vector<size_t> order(NC);
-    std::vector<size_t> bis(builds.size());
-    for (size_t i = 0; i < NC; i++) order[i] = i;
-    for (size_t i = 0; i < builds.size(); i++) bis[i] = i;
-    for (int r = 0; r < rounds; r++) {
-        std::shuffle(order.begin(), order.end(), rng);
-        for (size_t c : order) {
-            std::shuffle(bis.begin(), bis.end(), rng);
-            for (size_t bi : bis) {
-                Build & b = builds[bi];
-                ggml_backend_graph_compute(b.backend, b.graphs[c]);  // warm
-                std::vector<double> t;
-                for (int i = 0; i < reps; i++) {
-                    auto t0 = std::chrono::steady_clock::now();
-                    ggml_backend_graph_compute(b.backend, b.graphs[c]);
-                    t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-                }
-                std::nth_element(t.begin(), t.begin() + reps / 2, t.end());
-                ms[bi][c].push_back(t[reps / 2]);
-            }
-        }
-    }
+    std::vector<std::string> paths;
+    for (const Build & b : builds) paths.push_back(b.path);
+    const auto ms = bench_time_cells(builds.size(), cells.size(), rounds, reps, rng, [&](size_t bi, size_t c) {
+        ggml_backend_graph_compute(builds[bi].backend, builds[bi].graphs[c]);
+    });
     printf("{\"threads\": %d, \"rounds\": %d, \"reps\": %d, \"head_dim\": %lld, \"heads\": %lld, \"kv_heads\": %lld, \"cells\": [",
            threads, rounds, reps, (long long) D, (long long) H, (long long) HKV);
-    for (size_t c = 0; c < NC; c++) printf("%s\"%lldx%lld\"", c ? ", " : "", (long long) cells[c].kv, (long long) cells[c].n);
-    printf("], \"builds\": [");
-    for (size_t bi = 0; bi < builds.size(); bi++) {
-        printf("%s{\"lib\": \"%s\", \"median_ms\": [", bi ? ", " : "", builds[bi].path.c_str());
-        for (size_t c = 0; c < NC; c++) {
-            std::vector<double> v = ms[bi][c];
-            std::sort(v.begin(), v.end());
-            printf("%s%.4f", c ? ", " : "", v[v.size() / 2]);
-        }
-        printf("], \"rounds_ms\": [");
-        for (size_t c = 0; c < NC; c++) {
-            printf("%s[", c ? ", " : "");
-            for (size_t i = 0; i < ms[bi][c].size(); i++) printf("%s%.4f", i ? ", " : "", ms[bi][c][i]);
-            printf("]");
-        }
-        printf("]}");
-    }
-    printf("]}\n");
+    for (size_t c = 0; c < cells.size(); c++) printf("%s\"%lldx%lld\"", c ? ", " : "", (long long) cells[c].kv, (long long) cells[c].n);
+    printf("], ");
+    bench_print_builds(paths, ms);
+    printf("}\n");
     return 0;
 }

@@ -12,8 +12,9 @@
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
 
+#include "bench_common.h"
+
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -56,12 +57,10 @@ int main(int argc, char ** argv) {
     for (int a = 7; a < argc; a++) {
         Build b;
         b.path = argv[a];
-        b.reg = ggml_backend_load(argv[a]);
-        if (!b.reg) { fprintf(stderr, "cannot load %s\n", argv[a]); return 1; }
-        ggml_backend_dev_t dev = ggml_backend_reg_dev_get(b.reg, 0);
-        b.backend = ggml_backend_dev_init(dev, nullptr);
-        auto set_threads = (ggml_backend_set_n_threads_t) ggml_backend_reg_get_proc_address(b.reg, "ggml_backend_set_n_threads");
-        set_threads(b.backend, threads);
+        ggml_backend_dev_t dev = nullptr;
+        b.backend = bench_load_backend(argv[a], threads, &dev);
+        if (!b.backend) return 1;
+        b.reg = ggml_backend_dev_backend_reg(dev);
         auto extra = (ggml_backend_dev_get_extra_bufts_t) ggml_backend_reg_get_proc_address(b.reg, "ggml_backend_dev_get_extra_bufts");
         ggml_backend_buffer_type_t sb = nullptr;
         for (ggml_backend_buffer_type_t * p = extra(dev); p && *p; p++) {
@@ -91,49 +90,14 @@ int main(int argc, char ** argv) {
         }
         builds.push_back(b);
     }
-    std::vector<std::vector<std::vector<double>>> ms(builds.size(), std::vector<std::vector<double>>(NMAX));
-    std::vector<std::pair<int, int>> cells;
-    std::vector<int> ns;
-    for (int n = 1; n <= NMAX; n++) ns.push_back(n);
-    std::vector<int> bis;
-    for (size_t bi = 0; bi < builds.size(); bi++) bis.push_back((int) bi);
-    for (int r = 0; r < rounds; r++) {
-        std::shuffle(ns.begin(), ns.end(), rng);
-        cells.clear();
-        for (int n : ns) {
-            std::shuffle(bis.begin(), bis.end(), rng);
-            for (int bi : bis) cells.push_back({bi, n});
-        }
-        for (auto [bi, n] : cells) {
-            Build & b = builds[bi];
-            ggml_backend_graph_compute(b.backend, b.graphs[n - 1]);  // warm
-            std::vector<double> t;
-            for (int i = 0; i < reps; i++) {
-                auto t0 = std::chrono::steady_clock::now();
-                ggml_backend_graph_compute(b.backend, b.graphs[n - 1]);
-                t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-            }
-            std::nth_element(t.begin(), t.begin() + reps / 2, t.end());
-            ms[bi][n - 1].push_back(t[reps / 2]);
-        }
-    }
-    printf("{\"threads\": %d, \"K\": %lld, \"M\": %lld, \"rounds\": %d, \"reps\": %d, \"builds\": [", threads,
+    std::vector<std::string> paths;
+    for (const Build & b : builds) paths.push_back(b.path);
+    const auto ms = bench_time_cells(builds.size(), NMAX, rounds, reps, rng, [&](size_t bi, size_t c) {
+        ggml_backend_graph_compute(builds[bi].backend, builds[bi].graphs[c]);
+    });
+    printf("{\"threads\": %d, \"K\": %lld, \"M\": %lld, \"rounds\": %d, \"reps\": %d, ", threads,
            (long long) K, (long long) M, rounds, reps);
-    for (size_t bi = 0; bi < builds.size(); bi++) {
-        printf("%s{\"lib\": \"%s\", \"median_ms\": [", bi ? ", " : "", builds[bi].path.c_str());
-        for (int n = 1; n <= NMAX; n++) {
-            auto v = ms[bi][n - 1];
-            std::sort(v.begin(), v.end());
-            printf("%s%.3f", n > 1 ? ", " : "", v[v.size() / 2]);
-        }
-        printf("], \"rounds_ms\": [");
-        for (int n = 1; n <= NMAX; n++) {
-            printf("%s[", n > 1 ? ", " : "");
-            for (size_t i = 0; i < ms[bi][n - 1].size(); i++) printf("%s%.3f", i ? ", " : "", ms[bi][n - 1][i]);
-            printf("]");
-        }
-        printf("]}");
-    }
-    printf("]}\n");
+    bench_print_builds(paths, ms);
+    printf("}\n");
     return 0;
 }
