@@ -1,4 +1,4 @@
-"""The CPU kernels of the patched build (native/patches/0003, 0005): batch-
+"""The CPU kernels of the patched build (native/patches/0003, 0005) and its sliding-window cache (0009): batch-
 invariant small-batch matmuls and flash attention, the CPU variant chosen at
 load, and agreement with llama.cpp's stock kernels."""
 
@@ -181,6 +181,69 @@ def test_attention_kernel_agrees_with_stock_past_the_window_at_every_batch_size(
     centred = float(np.abs(diff - diff.mean(axis=1, keepdims=True)).mean())
     assert centred < 0.2, centred
     assert int((ours["top"] != stock["top"]).sum()) <= 5
+
+
+# run in a fresh interpreter (llama.cpp reads LLAMA_KV_SWA_BY_POS once): a prompt that fills the 1,024-cell
+# ring of the sliding-window layers to 2 cells short of its end, then 8 tokens one at a time ("plain"), and
+# again from the same prompt with a verify of 4 tokens that wraps past the ring's end and keeps only its
+# first ("spec": 3 rejected, as speculation rejects drafts), then the same 7 tokens one at a time
+_WRAP_SCRIPT = """
+import sys
+import numpy as np
+import pydoc_data.topics
+from app.bundled import default_target
+from app.engine.llama_objects import ContextConfig, LlamaContext, LlamaModel, TokenBatch
+out, ring = sys.argv[1], 1024
+m = LlamaModel(default_target())
+ctx = LlamaContext(m, ContextConfig(n_ctx=2048, n_batch=512, n_ubatch=512, n_threads=2))
+toks = m.tokenize(" ".join(pydoc_data.topics.topics[k] for k in sorted(pydoc_data.topics.topics)))[:ring + 6]
+tb = TokenBatch(512)
+def prompt():
+    ctx.clear()
+    for p0 in range(0, ring - 2, 512):
+        tb.set(toks[p0:min(p0 + 512, ring - 2)], p0, False)
+        ctx.decode(tb)
+def one_at_a_time(p0):
+    rows = []
+    for p in range(p0, ring + 6):
+        tb.set([toks[p]], p, True)
+        ctx.decode(tb)
+        rows.append(ctx.logits_row(0).copy())
+    return rows
+prompt()
+plain = one_at_a_time(ring - 2)
+prompt()
+tb.set(toks[ring - 2:ring + 2], ring - 2, True)
+ctx.decode(tb)
+spec = [ctx.logits_row(0).copy()]
+ctx.seq_rm(ring - 1)
+spec += one_at_a_time(ring - 1)
+np.savez(out, plain=np.stack(plain), spec=np.stack(spec))
+"""
+
+
+def _wrap_rows(tmp_path: Path, name: str, **env: str) -> dict[str, np.ndarray]:
+    out = tmp_path / f"{name}.npz"
+    res = subprocess.run([sys.executable, "-c", _WRAP_SCRIPT, str(out)], cwd=ROOT, capture_output=True, text=True,
+                         timeout=600, env=os.environ | env)
+    assert res.returncode == 0, res.stderr[-2000:]
+    return dict(np.load(out))
+
+
+@pytest.mark.gemma
+def test_a_rejected_verify_across_the_rings_wrap_leaves_decoding_bit_identical(tmp_path: Path) -> None:
+    """Patch 0009: the sliding-window cache keeps each position in cell pos % size, so after a verify that
+    wraps past the ring's end and is partly rejected the next tokens sit where one-token decoding puts them,
+    and every row equals plain decoding's to the bit. With the stock search (LLAMA_KV_SWA_BY_POS=0) the
+    rejection moves the cache's head to the wrapped cells and the rows after it differ (the same window,
+    summed in another order): the replies of ~2,040-token document prompts cross this wrap at position
+    2,048, and 3-4 of 8 parted from plain decoding at a near-tie (stop 60)."""
+    ours = _wrap_rows(tmp_path, "ours")
+    assert ours["plain"].shape == ours["spec"].shape == (8, ours["plain"].shape[1])
+    assert np.array_equal(ours["plain"], ours["spec"])
+    stock = _wrap_rows(tmp_path, "stock", LLAMA_KV_SWA_BY_POS="0")
+    assert np.array_equal(stock["plain"][0], stock["spec"][0])  # before the rejection: the same cells
+    assert not np.array_equal(stock["plain"][1:], stock["spec"][1:])
 
 
 def test_forced_avx2_variant_runs(tmp_path: Path) -> None:
